@@ -1,0 +1,21 @@
+"""A tiny grid that runs end to end in well under a minute (tests, quick checks)."""
+
+from experiments.configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.depths = (1, 2, 4)
+  config.d = 4
+  config.P = 8
+  config.N = 8
+  config.batch_size = 32
+  config.warmup_steps = 10
+  config.max_steps = 200
+  config.eval_every = 20
+  config.patience = 2
+  config.max_lr_decays = 1
+  config.val_size = 256
+  config.eval_size = 512
+  config.eval_chunk_size = 256
+  return config

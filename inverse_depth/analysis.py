@@ -1,0 +1,126 @@
+"""The shared/disagreement identity and the depth-scaling fits (SPEC section 3).
+
+Identity, exact for any L > 1, with e_l = f_l - y*:
+    A_L = (1/L) sum_l E[e_l^2]                      (mean single-layer error)
+    C_L = 1/(L(L-1)) sum_{l != m} E[e_l e_m]        (shared error)
+    R_L = E[(mean_l e_l)^2] = C_L + (A_L - C_L)/L
+and A_L - C_L = 1/(2L(L-1)) sum_{l != m} E[(e_l - e_m)^2] >= 0 (disagreement).
+"""
+
+import numpy as np
+import scipy.optimize
+
+
+def decompose(layer_preds, target) -> dict:
+  """R, A, C (and the identity residual) from per-layer predictions.
+
+  Args:
+    layer_preds: [L, E] predictions f_l of one model on E evaluation contexts.
+    target: [E] targets y*.
+  Returns:
+    dict with R (loss of the mean prediction), A, C (NaN when L = 1),
+    disagreement A - C, and identity_residual R - (C + (A - C)/L).
+  """
+  errors_LE = np.asarray(layer_preds, np.float64) - np.asarray(target, np.float64)[None]
+  depth = errors_LE.shape[0]
+  R = float(np.mean(errors_LE.mean(axis=0) ** 2))
+  A = float(np.mean(errors_LE ** 2))
+  if depth == 1:
+    return dict(R=R, A=A, C=float("nan"), disagreement=float("nan"), identity_residual=0.0)
+  sum_all_pairs = np.mean(errors_LE.sum(axis=0) ** 2)  # sum_{l,m} E[e_l e_m]
+  C = float((sum_all_pairs - depth * A) / (depth * (depth - 1)))
+  return dict(R=R, A=A, C=C, disagreement=A - C, identity_residual=R - (C + (A - C) / depth))
+
+
+def _standard_errors(result, num_points: int) -> np.ndarray:
+  """sqrt(diag(s^2 (J^T J)^-1)) with s^2 = RSS / (n - p); NaN without spare degrees of freedom."""
+  num_params = result.x.size
+  dof = num_points - num_params
+  if dof <= 0:
+    return np.full(num_params, np.nan)
+  rss = float(np.sum(result.fun ** 2))
+  covariance = np.linalg.pinv(result.jac.T @ result.jac) * rss / dof
+  return np.sqrt(np.clip(np.diag(covariance), 0.0, None))
+
+
+def _r_squared(log_losses: np.ndarray, residuals: np.ndarray) -> float:
+  total = float(np.sum((log_losses - log_losses.mean()) ** 2))
+  return 1.0 - float(np.sum(residuals ** 2)) / total if total > 0 else float("nan")
+
+
+def fit_depth_scaling(depths, losses, fit_floor: bool = True) -> dict:
+  """Least squares of log R_L - log(L0 + c L^-alpha) over (L0 >= 0, c > 0, alpha > 0).
+
+  With fit_floor=False, L0 = 0 (a pure power law). Several starting exponents
+  are tried and the best fit kept. Returns L0, c, alpha with standard errors
+  (from the Jacobian at the optimum; L0_se = 0 when L0 is fixed), r2 in log
+  space, and the data.
+  """
+  depths = np.asarray(depths, np.float64)
+  losses = np.asarray(losses, np.float64)
+  if depths.shape != losses.shape or depths.size < 2:
+    raise ValueError(f"depths and losses need the same shape with >= 2 points; got "
+                     f"{depths.shape} and {losses.shape}")
+  if np.any(losses <= 0) or np.any(depths <= 0):
+    raise ValueError("fit_depth_scaling needs positive depths and losses")
+  log_losses = np.log(losses)
+  log_depths = np.log(depths)
+
+  def model(theta):
+    L0, log_c, alpha = theta if fit_floor else (0.0, *theta)
+    return L0 + np.exp(log_c - alpha * log_depths)
+
+  def residuals(theta):
+    return log_losses - np.log(model(theta))
+
+  best = None
+  for alpha0 in (0.25, 0.5, 1.0, 2.0):
+    for floor_fraction in ((0.0, 0.5, 0.9) if fit_floor else (None,)):
+      L0_start = floor_fraction * losses.min() if fit_floor else 0.0
+      log_c0 = np.log(max(losses.max() - L0_start, 1e-12))
+      theta0 = [L0_start, log_c0, alpha0] if fit_floor else [log_c0, alpha0]
+      lower = [0.0, -np.inf, 1e-6] if fit_floor else [-np.inf, 1e-6]
+      result = scipy.optimize.least_squares(residuals, theta0, bounds=(lower, np.inf),
+                                            method="trf", x_scale="jac")
+      if best is None or result.cost < best.cost:
+        best = result
+  se = _standard_errors(best, depths.size)
+  if fit_floor:
+    (L0, log_c, alpha), (L0_se, log_c_se, alpha_se) = best.x, se
+  else:
+    (log_c, alpha), (log_c_se, alpha_se) = best.x, se
+    L0, L0_se = 0.0, 0.0
+  c = float(np.exp(log_c))
+  return dict(L0=float(L0), L0_se=float(L0_se), c=c, c_se=float(c * log_c_se),
+              alpha=float(alpha), alpha_se=float(alpha_se),
+              r2=_r_squared(log_losses, best.fun), fit_floor=bool(fit_floor),
+              depths=depths.tolist(), losses=losses.tolist())
+
+
+def fit_gap(depths, shared_errors, L0: float) -> dict:
+  """Gap fit log(L0 - C_L) = log c - alpha log L (ordinary least squares, SPEC Table 5).
+
+  Depths where L0 - C_L <= 0 or C_L is undefined (L = 1) are dropped and
+  listed in `dropped_depths`.
+  """
+  depths = np.asarray(depths, np.float64)
+  gaps = L0 - np.asarray(shared_errors, np.float64)
+  keep = np.isfinite(gaps) & (gaps > 0)
+  result = dict(L0=float(L0), depths=depths[keep].tolist(), gaps=gaps[keep].tolist(),
+                dropped_depths=depths[~keep].tolist())
+  if keep.sum() < 2:
+    return dict(result, c=float("nan"), c_se=float("nan"), alpha=float("nan"),
+                alpha_se=float("nan"), r2=float("nan"))
+  design = np.stack([np.ones(keep.sum()), -np.log(depths[keep])], axis=1)
+  log_gaps = np.log(gaps[keep])
+  coef, *_ = np.linalg.lstsq(design, log_gaps, rcond=None)
+  residuals = log_gaps - design @ coef
+  dof = keep.sum() - 2
+  if dof > 0:
+    covariance = np.linalg.inv(design.T @ design) * float(residuals @ residuals) / dof
+    log_c_se, alpha_se = np.sqrt(np.diag(covariance))
+  else:
+    log_c_se = alpha_se = float("nan")
+  c = float(np.exp(coef[0]))
+  return dict(result, c=c, c_se=float(c * log_c_se), alpha=float(coef[1]),
+              alpha_se=float(alpha_se), r2=_r_squared(log_gaps, residuals))

@@ -1,0 +1,154 @@
+"""One experiment: a grid per (model kind, spectrum), trained, evaluated, fitted, reported.
+
+Data flows one way: config -> tasks -> grid -> train -> evaluate -> results.json
+-> analysis -> report. Each finished grid is saved under `grids/` in the
+workdir, so a rerun of an interrupted experiment skips the grids already done.
+"""
+
+import json
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from absl import logging
+
+from inverse_depth import analysis, config as config_lib, report
+from inverse_depth.train import GridTrainer
+
+RESULTS_FILE = "results.json"
+
+
+def write_json_atomic(path: str, payload) -> None:
+  """Write JSON to a temporary file, then rename it over `path`."""
+  tmp = f"{path}.tmp"
+  with open(tmp, "w") as f:
+    json.dump(payload, f, indent=1)
+  os.replace(tmp, path)
+
+
+def _root_keys(seed: int) -> dict[str, jax.Array]:
+  init, data, val, evaluation = jax.random.split(jax.random.key(seed), 4)
+  return dict(init=init, data=data, val=val, eval=evaluation)
+
+
+def grid_name(model: str, a: float, b: float) -> str:
+  return f"{model}_a{float(a):g}_b{float(b):g}"
+
+
+def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dict]:
+  """Trains one grid and returns one run record per (depth, seed) model."""
+  keys = _root_keys(config.seed)
+  problem = config_lib.problem(config, a, b)
+  seeds = tuple(range(config.num_seeds))
+  trainer = GridTrainer(model, problem, tuple(config.depths), seeds,
+                        config_lib.train_settings(config), N=config.N,
+                        init_scales=config_lib.init_scales(config), init_key=keys["init"],
+                        data_key=keys["data"])
+  val_set = problem.sample(keys["val"], config.val_size)
+  eval_set = problem.sample(keys["eval"], config.eval_size)
+  name = grid_name(model, a, b)
+  state = trainer.init_state()
+  for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):
+    metrics_file.write(json.dumps(dict(model=model, a=a, b=b, **progress)) + "\n")
+    metrics_file.flush()
+    mean_val = np.mean(progress["val_loss"], axis=0)
+    logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R by depth: %s  "
+                 "converged %d/%d", name, progress["step"], config.max_steps,
+                 progress["elapsed_s"], progress["eta_max_s"],
+                 " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, mean_val)),
+                 int(np.sum(progress["converged"])), mean_val.size * len(seeds))
+
+  layer_preds_STE = trainer.predict(state.params, eval_set, config.eval_chunk_size)
+  target_E = np.asarray(eval_set.target_B)
+  runs = []
+  for s, seed in enumerate(seeds):
+    for m, depth in enumerate(config.depths):
+      parts = analysis.decompose(layer_preds_STE[s, trainer.layout.layer_slice(m)], target_E)
+      runs.append(dict(
+          model=model, task=config.task, k=config.k, a=float(a), b=float(b), depth=depth,
+          seed=seed, eval_loss=parts["R"], A=parts["A"], C=parts["C"],
+          disagreement=parts["disagreement"], identity_residual=parts["identity_residual"],
+          diverged=bool(state.diverged_SM[s, m]),
+          diverged_at_step=int(state.diverged_at_step_SM[s, m]),
+          converged=bool(state.converged_SM[s, m]), steps=int(state.steps_trained_SM[s, m]),
+          final_lr_scale=float(state.lr_scale_SM[s, m]),
+          target_second_moment=float(np.mean(target_E ** 2))))
+  return runs
+
+
+def _mean_over_seeds(runs: list[dict], field: str) -> tuple[list[int], list[float], list[float]]:
+  """Depths, mean and standard error over the non-diverged seeds of `field`."""
+  depths = sorted({r["depth"] for r in runs})
+  means, errors = [], []
+  for depth in depths:
+    values = [r[field] for r in runs if r["depth"] == depth and not r["diverged"]]
+    means.append(float(np.mean(values)) if values else float("nan"))
+    errors.append(float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1
+                  else float("nan"))
+  return depths, means, errors
+
+
+def non_monotone_depths(depths, means, errors, rel_tol: float = 0.01) -> list[int]:
+  """Depths whose mean loss rises above the previous depth's by more than noise.
+
+  Noise is max(2 x the combined standard error of the two means, rel_tol x loss).
+  """
+  bad = []
+  for i in range(1, len(depths)):
+    noise = max(2 * np.hypot(np.nan_to_num(errors[i]), np.nan_to_num(errors[i - 1])),
+                rel_tol * means[i - 1])
+    if means[i] - means[i - 1] > noise:
+      bad.append(depths[i])
+  return bad
+
+
+def fit_grid(runs: list[dict]) -> dict:
+  """The fit record of one grid (model, task, spectrum) from its run records."""
+  first = runs[0]
+  depths, losses, loss_se = _mean_over_seeds(runs, "eval_loss")
+  _, shared, _ = _mean_over_seeds(runs, "C")
+  keep = [i for i, loss in enumerate(losses) if np.isfinite(loss)]
+  fit = dict(model=first["model"], task=first["task"], k=first["k"], a=first["a"],
+             b=first["b"], loss_se=loss_se, shared_error=shared,
+             excluded_diverged=[dict(depth=r["depth"], seed=r["seed"],
+                                     step=r["diverged_at_step"]) for r in runs if r["diverged"]],
+             non_monotone_depths=non_monotone_depths(depths, losses, loss_se),
+             all_converged=all(r["converged"] for r in runs if not r["diverged"]))
+  if len(keep) >= 2:
+    fit.update(analysis.fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
+                                          fit_floor=first["task"] == "topk"))
+    fit["gap_fit"] = analysis.fit_gap(depths, shared, fit["L0"]) if fit["L0"] > 0 else None
+  else:
+    nan = float("nan")
+    fit.update(L0=nan, L0_se=nan, c=nan, c_se=nan, alpha=nan, alpha_se=nan, r2=nan,
+               depths=depths, losses=losses, gap_fit=None)
+  return fit
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Runs (or resumes) the experiment in `workdir` and writes results and report."""
+  config_lib.validate(config)
+  os.makedirs(os.path.join(workdir, "grids"), exist_ok=True)
+  write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
+  start = time.time()
+  all_runs, fits = [], []
+  with open(os.path.join(workdir, "metrics.jsonl"), "a") as metrics_file:
+    for model in config_lib.model_names(config):
+      for a, b in config.spectra:
+        grid_path = os.path.join(workdir, "grids", grid_name(model, a, b) + ".json")
+        if os.path.exists(grid_path):
+          logging.info("Grid %s already done; loading %s", grid_name(model, a, b), grid_path)
+          with open(grid_path) as f:
+            runs = json.load(f)
+        else:
+          runs = train_grid(config, model, a, b, metrics_file)
+          write_json_atomic(grid_path, runs)
+        all_runs.extend(runs)
+        fits.append(fit_grid(runs))
+  results = dict(runs=all_runs, fits=fits, wall_time_s=time.time() - start,
+                 backend=jax.default_backend(), num_devices=jax.device_count())
+  write_json_atomic(os.path.join(workdir, RESULTS_FILE), results)
+  report.write_report(workdir)
+  return results

@@ -1,0 +1,125 @@
+"""How many models share one training step.
+
+A grid is every (seed, depth) pair for one model kind, task and spectrum.
+Seeds are a vmapped leading axis S. Depths are laid out without padding:
+per-model parameters stack along an axis M (one entry per depth), and the
+per-layer parameters of all models are *packed* along one axis T = sum(depths),
+model m owning the static slice `layer_slice(m)`. Packed models run all T
+layers in one batched contraction; cascaded models (sequential layout) scan
+each model's own slice. Either way a step does exactly sum(depths) layers of
+work per seed.
+
+Initialisation of one model depends only on (root key, seed, depth), never on
+the rest of the grid, so a model trained inside a grid equals the same model
+trained alone.
+"""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Params = dict[str, dict[str, jax.Array]]  # {"model": {...leading M}, "layer": {...leading T}}
+
+
+@dataclasses.dataclass(frozen=True)
+class GridLayout:
+  """Static layout of one seed's models: depths and their packed layer slices."""
+  depths: tuple[int, ...]
+
+  @property
+  def num_models(self) -> int:
+    return len(self.depths)
+
+  @property
+  def total_layers(self) -> int:
+    return int(sum(self.depths))
+
+  @property
+  def offsets(self) -> tuple[int, ...]:
+    return tuple(int(o) for o in np.cumsum((0,) + self.depths[:-1]))
+
+  def layer_slice(self, m: int) -> slice:
+    return slice(self.offsets[m], self.offsets[m] + self.depths[m])
+
+  @property
+  def layer_model_index(self) -> np.ndarray:
+    """For each packed layer t, the index m of the model that owns it (shape T)."""
+    return np.repeat(np.arange(self.num_models), self.depths)
+
+  def model_mean(self, layer_values_T: jax.Array) -> jax.Array:
+    """Per-model mean over its own layers: (T, ...) -> (M, ...)."""
+    return jnp.stack([layer_values_T[self.layer_slice(m)].mean(axis=0)
+                      for m in range(self.num_models)])
+
+  def expand_to_layers(self, model_values_M: jax.Array) -> jax.Array:
+    """Broadcast a per-model value to each of that model's layers: (M, ...) -> (T, ...)."""
+    return jnp.asarray(model_values_M)[self.layer_model_index]
+
+
+@dataclasses.dataclass(frozen=True)
+class InitScales:
+  """Standard deviations of the Gaussian initialisation (SPEC section 5 choices).
+
+  W_x ~ N(0, 1/d), W_y ~ N(0, 1), W_v and W_o ~ N(0, 1/N), and
+  W_q, W_k ~ N(0, qk_scale^2 / N). With `positive_gain` the sign of W_o is
+  flipped where the value-readout gain g = W_o W_v W_y starts negative
+  (SPEC section 7: models starting with g < 0 stay on the uniform-attention
+  plateau).
+  """
+  qk_scale: float = 1.0
+  positive_gain: bool = True
+
+
+def init_model(key: jax.Array, depth: int, *, d: int, N: int,
+               scales: InitScales) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+  """Parameters of one controlled model: (per-model leaves, per-layer leaves [depth, ...])."""
+  k_x, k_y, k_v, k_o, k_q, k_k = jax.random.split(key, 6)
+  W_x = jax.random.normal(k_x, (N, d)) / np.sqrt(d)
+  W_y = jax.random.normal(k_y, (N,))
+  W_v = jax.random.normal(k_v, (N, N)) / np.sqrt(N)
+  W_o = jax.random.normal(k_o, (N,)) / np.sqrt(N)
+  if scales.positive_gain:
+    W_o = W_o * jnp.sign(W_o @ W_v @ W_y)
+  qk_std = scales.qk_scale / np.sqrt(N)
+  W_q = jax.random.normal(k_q, (depth, N, N)) * qk_std
+  W_k = jax.random.normal(k_k, (depth, N, N)) * qk_std
+  return dict(W_x=W_x, W_y=W_y, W_v=W_v, W_o=W_o), dict(W_q=W_q, W_k=W_k)
+
+
+def model_key(root_key: jax.Array, seed: int, depth: int) -> jax.Array:
+  """The init key of model (seed, depth): independent of the rest of the grid."""
+  return jax.random.fold_in(jax.random.fold_in(root_key, seed), depth)
+
+
+def init_grid(root_key: jax.Array, layout: GridLayout, seeds: tuple[int, ...], *, d: int,
+              N: int, scales: InitScales) -> Params:
+  """Parameters of all (seed, depth) models: model leaves [S, M, ...], layer leaves [S, T, ...]."""
+  per_seed = []
+  for seed in seeds:
+    models = [init_model(model_key(root_key, seed, depth), depth, d=d, N=N, scales=scales)
+              for depth in layout.depths]
+    per_seed.append({
+        "model": jax.tree.map(lambda *xs: jnp.stack(xs), *[m for m, _ in models]),
+        "layer": jax.tree.map(lambda *xs: jnp.concatenate(xs), *[l for _, l in models]),
+    })
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *per_seed)
+
+
+def per_model_tree(tree: Any, layout: GridLayout, per_model_values_SM: jax.Array) -> Any:
+  """A tree shaped like `{"model": ..., "layer": ...}` params filled with a per-model value.
+
+  Model leaves [S, M, ...] get value[s, m]; layer leaves [S, T, ...] get the
+  value of the model that owns layer t. Used to scale or mask updates per model.
+  """
+  per_layer_ST = per_model_values_SM[:, layout.layer_model_index]
+
+  def fill(values, leaf):
+    return values.reshape(values.shape + (1,) * (leaf.ndim - values.ndim))
+
+  return {
+      "model": jax.tree.map(lambda x: fill(per_model_values_SM, x), tree["model"]),
+      "layer": jax.tree.map(lambda x: fill(per_layer_ST, x), tree["layer"]),
+  }

@@ -1,0 +1,75 @@
+"""In-context regression tasks of SPEC section 1.
+
+One *context* is P labelled inputs and one query. Per context a Haar-random
+rotation O sets Sigma = O diag(lambda) O^T and Omega = O diag(omega) O^T with
+lambda_k = k^-a, omega_k = k^-b. Then beta ~ N(0, Omega), x_i ~ N(0, Sigma),
+y_i = beta^T x_i. Every sampler is a pure function of a PRNG key, so the same
+key gives the same batch on any backend, and it jits and vmaps (the exponents
+may be traced, so spectra can later become a vmapped grid axis).
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+TASKS = ("top1", "topk")
+
+
+class Batch(NamedTuple):
+  """A batch of contexts; leading axis B is the context index."""
+  x_context_BPD: jax.Array  # context inputs x_1..x_P
+  y_context_BP: jax.Array  # context labels y_i = beta^T x_i
+  x_test_BD: jax.Array  # the query
+  target_B: jax.Array  # y* (copied label for top1, mean of top-k labels for topk)
+  selected_mean_BD: jax.Array  # t: mean of the inputs whose labels make y*
+  beta_BD: jax.Array  # the context's regression vector
+
+
+def power_spectrum(d: int, exponent) -> jax.Array:
+  """lambda_k = k^-exponent for k = 1..d (so lambda_1 = 1)."""
+  return jnp.arange(1, d + 1, dtype=jnp.float32) ** (-jnp.asarray(exponent, jnp.float32))
+
+
+def haar_orthogonal(key: jax.Array, d: int) -> jax.Array:
+  """A d x d orthogonal matrix drawn from the Haar measure (QR with sign fix)."""
+  q, r = jnp.linalg.qr(jax.random.normal(key, (d, d)))
+  return q * jnp.sign(jnp.diagonal(r))[None, :]
+
+
+def top_k_indices(x_context_PD: jax.Array, x_test_D: jax.Array, k: int) -> jax.Array:
+  """Indices of the k context inputs with the largest cosine similarity to x_test."""
+  cosine_P = (x_context_PD @ x_test_D) / (
+      jnp.linalg.norm(x_context_PD, axis=-1) * jnp.linalg.norm(x_test_D))
+  return jax.lax.top_k(cosine_P, k)[1]
+
+
+def sample_context(key: jax.Array, *, d: int, P: int, a, b, task: str, k: int) -> Batch:
+  """One context (no leading batch axis) of the `top1` or `topk` task."""
+  if task not in TASKS:
+    raise ValueError(f"task={task!r}; allowed: {TASKS}")
+  key_rot, key_beta, key_x, key_test = jax.random.split(key, 4)
+  rotation_DD = haar_orthogonal(key_rot, d)
+  sqrt_lambda_D = jnp.sqrt(power_spectrum(d, a))
+  sqrt_omega_D = jnp.sqrt(power_spectrum(d, b))
+  beta_D = rotation_DD @ (sqrt_omega_D * jax.random.normal(key_beta, (d,)))
+  x_context_PD = (sqrt_lambda_D * jax.random.normal(key_x, (P, d))) @ rotation_DD.T
+  y_context_P = x_context_PD @ beta_D
+  if task == "top1":
+    j = jax.random.randint(key_test, (), 0, P)
+    x_test_D = x_context_PD[j]
+    selected_mean_D = x_test_D
+    target = y_context_P[j]
+  else:
+    x_test_D = rotation_DD @ (sqrt_lambda_D * jax.random.normal(key_test, (d,)))
+    selected = top_k_indices(x_context_PD, x_test_D, k)
+    selected_mean_D = x_context_PD[selected].mean(axis=0)
+    target = y_context_P[selected].mean()
+  return Batch(x_context_PD, y_context_P, x_test_D, target, selected_mean_D, beta_D)
+
+
+def sample_batch(key: jax.Array, batch_size: int, *, d: int, P: int, a, b, task: str,
+                 k: int) -> Batch:
+  """`batch_size` independent contexts, each with its own rotation and beta."""
+  keys = jax.random.split(key, batch_size)
+  return jax.vmap(lambda kk: sample_context(kk, d=d, P=P, a=a, b=b, task=task, k=k))(keys)

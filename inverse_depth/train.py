@@ -1,0 +1,250 @@
+"""Training a whole grid of (seed, depth) models in one jit-compiled step.
+
+State is one pytree (`TrainState`); `train_chunk` runs `eval_every` pure
+train steps inside one compiled call with the state donated. Every model's
+optimisation is independent: the loss summed over the grid has per-model
+gradients equal to each model's own, Adam is element-wise, and the per-model
+learning-rate scale and freeze mask only touch that model's leaves.
+
+Randomness: the training batch of seed s at step t is sampled on device from
+fold_in(fold_in(data_key, s), t), so a resumed run replays the same stream
+and a model sees the same data inside a grid or alone.
+
+Convergence rule (per model, on a fixed validation set evaluated every
+`eval_every` steps): an evaluation *improves* when the validation loss falls
+below (1 - rel_tol) x the best so far. After `patience` evaluations without
+improvement the model's learning rate is multiplied by `lr_decay_factor`;
+once that has happened `max_lr_decays` times, the next `patience` evaluations
+without improvement mark the model converged, and it is frozen. A model whose
+loss or parameters become non-finite, or whose loss exceeds
+`divergence_loss`, is frozen at its last finite state and marked diverged.
+Training stops when no model is active or at `max_steps`.
+"""
+
+import dataclasses
+import time
+from typing import Callable, Iterator
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from inverse_depth import tasks
+from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
+from inverse_depth.models import LAYER_PREDICTIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  """What one grid learns: task, spectrum and sizes."""
+  task: str
+  k: int
+  a: float
+  b: float
+  d: int
+  P: int
+
+  def sample(self, key: jax.Array, batch_size: int) -> tasks.Batch:
+    return tasks.sample_batch(key, batch_size, d=self.d, P=self.P, a=self.a, b=self.b,
+                              task=self.task, k=self.k)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+  """Optimiser and convergence-rule settings (see the module docstring)."""
+  batch_size: int
+  learning_rate: float
+  warmup_steps: int
+  max_steps: int
+  eval_every: int
+  rel_tol: float
+  patience: int
+  lr_decay_factor: float
+  max_lr_decays: int
+  divergence_loss: float
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # scalar int32: steps taken by the grid
+  params: Params  # model leaves [S, M, ...], layer leaves [S, T, ...]
+  opt_state: optax.OptState
+  lr_scale_SM: jax.Array  # per-model multiplier of the learning rate
+  best_val_loss_SM: jax.Array
+  evals_since_best_SM: jax.Array
+  num_lr_decays_SM: jax.Array
+  converged_SM: jax.Array
+  diverged_SM: jax.Array
+  diverged_at_step_SM: jax.Array  # -1 unless diverged
+  steps_trained_SM: jax.Array  # steps in which the model was updated
+
+  @property
+  def active_SM(self) -> jax.Array:
+    return ~(self.converged_SM | self.diverged_SM)
+
+
+def make_optimizer(settings: TrainSettings) -> optax.GradientTransformation:
+  """Adam with a linear warm-up to a constant learning rate."""
+  schedule = optax.linear_schedule(0.0, settings.learning_rate, max(settings.warmup_steps, 1))
+  return optax.adam(schedule)
+
+
+def grid_losses(layer_predictions: Callable, params: Params, batch_S: tasks.Batch,
+                layout: GridLayout) -> jax.Array:
+  """Mean squared error of every model: [S, M]."""
+
+  def seed_losses(params_one_seed, batch):
+    predictions_MB = layout.model_mean(layer_predictions(params_one_seed, batch, layout))
+    return jnp.mean((predictions_MB - batch.target_B[None]) ** 2, axis=-1)
+
+  return jax.vmap(seed_losses)(params, batch_S)
+
+
+def _finite_per_model(tree: Params, layout: GridLayout) -> jax.Array:
+  """True for models all of whose parameters are finite: [S, M]."""
+  finite_SM = jnp.ones(jax.tree.leaves(tree["model"])[0].shape[:2], bool)
+  for leaf in jax.tree.leaves(tree["model"]):
+    finite_SM &= jnp.isfinite(leaf).reshape(leaf.shape[:2] + (-1,)).all(-1)
+  for leaf in jax.tree.leaves(tree["layer"]):
+    finite_ST = jnp.isfinite(leaf).reshape(leaf.shape[:2] + (-1,)).all(-1)
+    finite_SM &= jnp.stack([finite_ST[:, layout.layer_slice(m)].all(-1)
+                            for m in range(layout.num_models)], axis=1)
+  return finite_SM
+
+
+class GridTrainer:
+  """Compiled functions for one grid: a model kind, a problem, depths and seeds."""
+
+  def __init__(self, model: str, problem: Problem, depths: tuple[int, ...],
+               seeds: tuple[int, ...], settings: TrainSettings, *, N: int,
+               init_scales: InitScales, init_key: jax.Array, data_key: jax.Array):
+    self.model = model
+    self.problem = problem
+    self.layout = GridLayout(tuple(depths))
+    self.seeds = tuple(seeds)
+    self.settings = settings
+    self.N = N
+    self.init_scales = init_scales
+    self.init_key = init_key
+    self.data_key = data_key
+    self.optimizer = make_optimizer(settings)
+    self._layer_predictions = LAYER_PREDICTIONS[model]
+    self.train_chunk = jax.jit(self._train_chunk, donate_argnums=0)
+    self.layer_predictions = jax.jit(self._grid_layer_predictions)
+    self.update_convergence = jax.jit(self._update_convergence, donate_argnums=0)
+
+  # --- state ---------------------------------------------------------------------------------
+
+  def init_state(self) -> TrainState:
+    params = init_grid(self.init_key, self.layout, self.seeds, d=self.problem.d, N=self.N,
+                       scales=self.init_scales)
+    shape = (len(self.seeds), self.layout.num_models)
+    return TrainState(
+        step=jnp.zeros((), jnp.int32), params=params, opt_state=self.optimizer.init(params),
+        lr_scale_SM=jnp.ones(shape), best_val_loss_SM=jnp.full(shape, jnp.inf),
+        evals_since_best_SM=jnp.zeros(shape, jnp.int32),
+        num_lr_decays_SM=jnp.zeros(shape, jnp.int32), converged_SM=jnp.zeros(shape, bool),
+        diverged_SM=jnp.zeros(shape, bool), diverged_at_step_SM=jnp.full(shape, -1, jnp.int32),
+        steps_trained_SM=jnp.zeros(shape, jnp.int32))
+
+  # --- training ------------------------------------------------------------------------------
+
+  def training_batch(self, step: jax.Array) -> tasks.Batch:
+    """The batch of every seed at `step`: leaves [S, B, ...]."""
+    keys = jnp.stack([jax.random.fold_in(jax.random.fold_in(self.data_key, s), step)
+                      for s in self.seeds])
+    return jax.vmap(lambda key: self.problem.sample(key, self.settings.batch_size))(keys)
+
+  def _train_step(self, state: TrainState, _) -> tuple[TrainState, jax.Array]:
+    batch_S = self.training_batch(state.step)
+
+    def total_loss(params):
+      losses_SM = grid_losses(self._layer_predictions, params, batch_S, self.layout)
+      return losses_SM.sum(), losses_SM
+
+    grads, losses_SM = jax.grad(total_loss, has_aux=True)(state.params)
+    updates, new_opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    updates = jax.tree.map(jnp.multiply, updates,
+                           per_model_tree(updates, self.layout, state.lr_scale_SM))
+    new_params = optax.apply_updates(state.params, updates)
+
+    healthy_SM = (jnp.isfinite(losses_SM) & (losses_SM < self.settings.divergence_loss)
+                  & _finite_per_model(new_params, self.layout))
+    newly_diverged_SM = state.active_SM & ~healthy_SM
+    apply_SM = state.active_SM & healthy_SM
+    apply_mask = per_model_tree(state.params, self.layout, apply_SM)
+    params = jax.tree.map(jnp.where, apply_mask, new_params, state.params)
+    opt_mask = optax.tree_map_params(self.optimizer, lambda _, m: m, new_opt_state, apply_mask,
+                                     transform_non_params=lambda _: jnp.ones((), bool))
+    opt_state = jax.tree.map(lambda m, new, old: jnp.where(m, new, old), opt_mask,
+                             new_opt_state, state.opt_state)
+    state = state.replace(
+        step=state.step + 1, params=params, opt_state=opt_state,
+        diverged_SM=state.diverged_SM | newly_diverged_SM,
+        diverged_at_step_SM=jnp.where(newly_diverged_SM, state.step, state.diverged_at_step_SM),
+        steps_trained_SM=state.steps_trained_SM + apply_SM)
+    return state, losses_SM
+
+  def _train_chunk(self, state: TrainState) -> tuple[TrainState, jax.Array]:
+    """`eval_every` train steps; returns the state and the mean training loss [S, M]."""
+    state, losses_KSM = jax.lax.scan(self._train_step, state, length=self.settings.eval_every)
+    return state, losses_KSM.mean(axis=0)
+
+  # --- evaluation and convergence ------------------------------------------------------------
+
+  def _grid_layer_predictions(self, params: Params, batch: tasks.Batch) -> jax.Array:
+    """f_l of every layer of every model on one shared batch: [S, T, B]."""
+    return jax.vmap(lambda p: self._layer_predictions(p, batch, self.layout))(params)
+
+  def _update_convergence(self, state: TrainState, val_loss_SM: jax.Array) -> TrainState:
+    s = self.settings
+    active = state.active_SM
+    improved = active & (val_loss_SM < state.best_val_loss_SM * (1.0 - s.rel_tol))
+    since = jnp.where(improved, 0, state.evals_since_best_SM + active)
+    stalled = active & (since >= s.patience)
+    converged = state.converged_SM | (stalled & (state.num_lr_decays_SM >= s.max_lr_decays))
+    decay = stalled & ~converged
+    return state.replace(
+        best_val_loss_SM=jnp.where(improved, val_loss_SM, state.best_val_loss_SM),
+        evals_since_best_SM=jnp.where(stalled, 0, since),
+        lr_scale_SM=jnp.where(decay, state.lr_scale_SM * s.lr_decay_factor, state.lr_scale_SM),
+        num_lr_decays_SM=state.num_lr_decays_SM + decay,
+        converged_SM=converged)
+
+  def predict(self, params: Params, eval_set: tasks.Batch, chunk_size: int) -> np.ndarray:
+    """Per-layer predictions on a held-out set, in chunks: [S, T, E] (float32 numpy)."""
+    size = eval_set.target_B.shape[0]
+    chunks = [self.layer_predictions(params, jax.tree.map(lambda x: x[i:i + chunk_size],
+                                                          eval_set))
+              for i in range(0, size, chunk_size)]
+    return np.concatenate([np.asarray(c) for c in chunks], axis=-1)
+
+  def model_losses(self, params: Params, eval_set: tasks.Batch, chunk_size: int) -> np.ndarray:
+    """Loss R of every model on a held-out set: [S, M]."""
+    layer_preds_STE = self.predict(params, eval_set, chunk_size)
+    predictions_SME = np.stack([layer_preds_STE[:, self.layout.layer_slice(m)].mean(axis=1)
+                                for m in range(self.layout.num_models)], axis=1)
+    target = np.asarray(eval_set.target_B)
+    return np.mean((predictions_SME - target) ** 2, axis=-1)
+
+  def fit(self, state: TrainState, val_set: tasks.Batch,
+          chunk_size: int) -> Iterator[tuple[TrainState, dict]]:
+    """Train until no model is active or `max_steps`; yields (state, progress) per evaluation."""
+    start = time.time()
+    start_step = int(state.step)
+    while int(state.step) < self.settings.max_steps and bool(state.active_SM.any()):
+      state, train_loss_SM = self.train_chunk(state)
+      val_loss_SM = self.model_losses(state.params, val_set, chunk_size)
+      state = self.update_convergence(state, jnp.asarray(val_loss_SM, jnp.float32))
+      step = int(state.step)
+      elapsed = time.time() - start
+      rate = (step - start_step) / max(elapsed, 1e-9)
+      yield state, dict(step=step, elapsed_s=elapsed,
+                        eta_max_s=(self.settings.max_steps - step) / max(rate, 1e-9),
+                        train_loss=np.asarray(train_loss_SM).tolist(),
+                        val_loss=val_loss_SM.tolist(),
+                        lr_scale=np.asarray(state.lr_scale_SM).tolist(),
+                        converged=np.asarray(state.converged_SM).tolist(),
+                        diverged=np.asarray(state.diverged_SM).tolist())
