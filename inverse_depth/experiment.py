@@ -37,6 +37,17 @@ def grid_name(model: str, a: float, b: float) -> str:
   return f"{model}_a{float(a):g}_b{float(b):g}"
 
 
+PLATEAU_FRACTION = 0.9
+
+
+def uniform_attention_loss(batch) -> float:
+  """Loss of the best predictor g * mean_i(y_i): what a model on the uniform-attention
+  plateau achieves. min_g E[(g ybar - y*)^2] = E[y*^2] - E[y* ybar]^2 / E[ybar^2]."""
+  mean_label = np.asarray(batch.y_context_BP, np.float64).mean(axis=1)
+  target = np.asarray(batch.target_B, np.float64)
+  return float(np.mean(target ** 2) - np.mean(target * mean_label) ** 2 / np.mean(mean_label ** 2))
+
+
 def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dict]:
   """Trains one grid and returns one run record per (depth, seed) model."""
   keys = _root_keys(config.seed)
@@ -62,6 +73,7 @@ def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dic
 
   layer_preds_STE = trainer.predict(state.params, eval_set, config.eval_chunk_size)
   target_E = np.asarray(eval_set.target_B)
+  plateau_loss = uniform_attention_loss(eval_set)
   runs = []
   for s, seed in enumerate(seeds):
     for m, depth in enumerate(config.depths):
@@ -74,6 +86,8 @@ def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dic
           diverged_at_step=int(state.diverged_at_step_SM[s, m]),
           converged=bool(state.converged_SM[s, m]), steps=int(state.steps_trained_SM[s, m]),
           final_lr_scale=float(state.lr_scale_SM[s, m]),
+          uniform_attention_loss=plateau_loss,
+          on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
           target_second_moment=float(np.mean(target_E ** 2))))
   return runs
 

@@ -86,6 +86,9 @@ def checks(results: dict) -> list[tuple[bool, str]]:
   lines.append((converged == len(live) and len(live) == len(runs),
                 f"{converged}/{len(runs)} models converged by the stated rule "
                 f"({len(runs) - len(live)} diverged)."))
+  stuck = [f"{r['model']} L={r['depth']} seed {r['seed']}" for r in live if r["on_plateau"]]
+  lines.append((not stuck, f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
+                f"0.9 x the best uniform-attention predictor){': ' + ', '.join(stuck) if stuck else '.'}"))
   worst_residual = max(abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in runs)
   lines.append((worst_residual < 1e-6,
                 f"Identity R = C + (A - C)/L holds to a relative {worst_residual:.1e} (float64 "

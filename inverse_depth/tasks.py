@@ -31,10 +31,32 @@ def power_spectrum(d: int, exponent) -> jax.Array:
   return jnp.arange(1, d + 1, dtype=jnp.float32) ** (-jnp.asarray(exponent, jnp.float32))
 
 
+def haar_rotate(key: jax.Array, vectors_ND: jax.Array) -> jax.Array:
+  """Rows O v of `vectors_ND` for one Haar-random orthogonal O (Stewart's algorithm).
+
+  O = H_1 ... H_d D is the Q factor, sign-corrected, of the Householder QR of a
+  Gaussian matrix: H_k reflects an independent Gaussian vector of length
+  d - k + 1 onto the k-th axis and D = diag(-sign of each vector's first entry).
+  Applying the d reflections costs O(d) per vector, so rotating P vectors is
+  O(P d^2) with no d x d factorisation.
+  """
+  d = vectors_ND.shape[-1]
+  gaussian_DD = jax.random.normal(key, (d, d))
+  reflectors_DD = jnp.tril(gaussian_DD).T  # row k: a Gaussian vector on coordinates k..d-1
+  signs_D = jnp.where(jnp.diagonal(gaussian_DD) >= 0, 1.0, -1.0)
+  reflectors_DD = reflectors_DD + jnp.diag(signs_D * jnp.linalg.norm(reflectors_DD, axis=1))
+  rotated_ND = vectors_ND * -signs_D
+
+  def reflect(i, rotated_ND):
+    v_D = reflectors_DD[d - 1 - i]
+    return rotated_ND - jnp.outer(rotated_ND @ v_D, v_D) * (2.0 / (v_D @ v_D))
+
+  return jax.lax.fori_loop(0, d, reflect, rotated_ND)
+
+
 def haar_orthogonal(key: jax.Array, d: int) -> jax.Array:
-  """A d x d orthogonal matrix drawn from the Haar measure (QR with sign fix)."""
-  q, r = jnp.linalg.qr(jax.random.normal(key, (d, d)))
-  return q * jnp.sign(jnp.diagonal(r))[None, :]
+  """The d x d Haar-random orthogonal matrix O that `haar_rotate(key, .)` applies."""
+  return haar_rotate(key, jnp.eye(d)).T
 
 
 def top_k_indices(x_context_PD: jax.Array, x_test_D: jax.Array, k: int) -> jax.Array:
@@ -44,16 +66,23 @@ def top_k_indices(x_context_PD: jax.Array, x_test_D: jax.Array, k: int) -> jax.A
   return jax.lax.top_k(cosine_P, k)[1]
 
 
+def context_rotation(key: jax.Array, d: int) -> jax.Array:
+  """The rotation O of the context drawn from `key` (the one `sample_context` uses)."""
+  return haar_orthogonal(jax.random.split(key, 4)[0], d)
+
+
 def sample_context(key: jax.Array, *, d: int, P: int, a, b, task: str, k: int) -> Batch:
   """One context (no leading batch axis) of the `top1` or `topk` task."""
   if task not in TASKS:
     raise ValueError(f"task={task!r}; allowed: {TASKS}")
   key_rot, key_beta, key_x, key_test = jax.random.split(key, 4)
-  rotation_DD = haar_orthogonal(key_rot, d)
   sqrt_lambda_D = jnp.sqrt(power_spectrum(d, a))
   sqrt_omega_D = jnp.sqrt(power_spectrum(d, b))
-  beta_D = rotation_DD @ (sqrt_omega_D * jax.random.normal(key_beta, (d,)))
-  x_context_PD = (sqrt_lambda_D * jax.random.normal(key_x, (P, d))) @ rotation_DD.T
+  eigenbasis_QD = jnp.concatenate([  # x_1..x_P, a fresh query, beta; before the rotation
+      sqrt_lambda_D * jax.random.normal(key_x, (P + 1, d)),
+      sqrt_omega_D * jax.random.normal(key_beta, (1, d))])
+  rotated_QD = haar_rotate(key_rot, eigenbasis_QD)
+  x_context_PD, fresh_test_D, beta_D = rotated_QD[:P], rotated_QD[P], rotated_QD[P + 1]
   y_context_P = x_context_PD @ beta_D
   if task == "top1":
     j = jax.random.randint(key_test, (), 0, P)
@@ -61,7 +90,7 @@ def sample_context(key: jax.Array, *, d: int, P: int, a, b, task: str, k: int) -
     selected_mean_D = x_test_D
     target = y_context_P[j]
   else:
-    x_test_D = rotation_DD @ (sqrt_lambda_D * jax.random.normal(key_test, (d,)))
+    x_test_D = fresh_test_D
     selected = top_k_indices(x_context_PD, x_test_D, k)
     selected_mean_D = x_context_PD[selected].mean(axis=0)
     target = y_context_P[selected].mean()

@@ -1,0 +1,162 @@
+"""The shared/disagreement identity and the depth-scaling fits (SPEC section 3)."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from inverse_depth import analysis
+
+
+def _random_layer_predictions(rng, depth, size=500):
+  """Correlated layer predictors: a shared part plus layer-specific noise and bias."""
+  target = rng.normal(size=size) * 2.0
+  shared = target + rng.normal(size=size) * 0.7
+  preds = shared[None] + rng.normal(size=(depth, size)) * rng.uniform(0.2, 1.5, (depth, 1))
+  preds += rng.normal(size=(depth, 1)) * 0.3
+  return preds, target
+
+
+@pytest.mark.parametrize("depth", [2, 5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_identity_and_brute_force_terms(depth, seed):
+  rng = np.random.default_rng(seed)
+  preds, target = _random_layer_predictions(rng, depth)
+  parts = analysis.decompose(preds, target)
+  errors = preds - target[None]
+  L = depth
+  # Each term from its definition.
+  R = np.mean(errors.mean(axis=0) ** 2)
+  A = np.mean([np.mean(errors[l] ** 2) for l in range(L)])
+  C = sum(np.mean(errors[l] * errors[m]) for l, m in itertools.permutations(range(L), 2)) / (
+      L * (L - 1))
+  disagreement = sum(np.mean((errors[l] - errors[m]) ** 2)
+                     for l, m in itertools.permutations(range(L), 2)) / (2 * L * (L - 1))
+  np.testing.assert_allclose(parts["R"], R, rtol=1e-12)
+  np.testing.assert_allclose(parts["A"], A, rtol=1e-12)
+  np.testing.assert_allclose(parts["C"], C, rtol=1e-12)
+  # The identity R = C + (A - C)/L and A - C = the pairwise disagreement.
+  np.testing.assert_allclose(parts["R"], parts["C"] + (parts["A"] - parts["C"]) / L, rtol=1e-12)
+  assert abs(parts["identity_residual"]) <= 1e-12 * parts["R"]
+  np.testing.assert_allclose(parts["disagreement"], parts["A"] - parts["C"], rtol=1e-12)
+  np.testing.assert_allclose(parts["A"] - parts["C"], disagreement, rtol=1e-10)
+  assert parts["A"] >= parts["C"]
+  assert parts["disagreement"] > 0  # layers differ here
+
+
+def test_identity_on_float32_inputs_is_computed_in_float64():
+  rng = np.random.default_rng(3)
+  preds, target = _random_layer_predictions(rng, 4, size=2000)
+  parts = analysis.decompose(preds.astype(np.float32), target.astype(np.float32))
+  assert abs(parts["identity_residual"]) <= 1e-12 * parts["R"]
+
+
+def test_identical_layers_have_zero_disagreement():
+  rng = np.random.default_rng(4)
+  f = rng.normal(size=100)
+  target = rng.normal(size=100)
+  parts = analysis.decompose(np.stack([f, f, f]), target)
+  np.testing.assert_allclose(parts["A"], parts["C"], rtol=1e-12)
+  np.testing.assert_allclose(parts["R"], parts["A"], rtol=1e-12)
+  assert abs(parts["disagreement"]) < 1e-12
+
+
+def test_single_layer_has_R_equal_A():
+  rng = np.random.default_rng(5)
+  preds, target = _random_layer_predictions(rng, 1)
+  parts = analysis.decompose(preds, target)
+  np.testing.assert_allclose(parts["R"], parts["A"], rtol=1e-14)
+  np.testing.assert_allclose(parts["R"], np.mean((preds[0] - target) ** 2), rtol=1e-12)
+  assert np.isnan(parts["C"]) and np.isnan(parts["disagreement"])
+
+
+# --- depth fits ------------------------------------------------------------------------------
+
+DEPTHS = np.array([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256], float)
+
+
+def _curve(L0, c, alpha, depths=DEPTHS):
+  return L0 + c * depths ** (-alpha)
+
+
+@pytest.mark.parametrize("L0,c,alpha", [(0.5, 2.0, 1.0), (2.0, 5.0, 0.8), (0.1, 1.0, 1.5),
+                                        (1.0, 0.5, 0.5)])
+def test_fit_recovers_noiseless_curve_with_floor(L0, c, alpha):
+  fit = analysis.fit_depth_scaling(DEPTHS, _curve(L0, c, alpha), fit_floor=True)
+  np.testing.assert_allclose([fit["L0"], fit["c"], fit["alpha"]], [L0, c, alpha], rtol=0.01)
+  assert fit["r2"] > 0.9999
+  assert fit["fit_floor"] is True
+  np.testing.assert_allclose(fit["depths"], DEPTHS)
+
+
+@pytest.mark.parametrize("c,alpha", [(3.0, 1.2), (1.0, 0.5), (10.0, 2.5)])
+def test_fit_recovers_noiseless_power_law_without_floor(c, alpha):
+  fit = analysis.fit_depth_scaling(DEPTHS[:10], _curve(0.0, c, alpha, DEPTHS[:10]),
+                                   fit_floor=False)
+  assert fit["L0"] == 0.0 and fit["L0_se"] == 0.0
+  np.testing.assert_allclose([fit["c"], fit["alpha"]], [c, alpha], rtol=0.01)
+  assert fit["r2"] > 0.9999
+
+
+@pytest.mark.parametrize("noise_seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("L0,c,alpha,fit_floor", [(0.5, 2.0, 1.0, True), (0.0, 3.0, 1.2, False)])
+def test_fit_on_noisy_curves_covers_truth_within_3_se(noise_seed, L0, c, alpha, fit_floor):
+  """1% multiplicative lognormal noise on 16 depths; truth within 3 standard errors."""
+  rng = np.random.default_rng(noise_seed)
+  losses = _curve(L0, c, alpha) * np.exp(0.01 * rng.normal(size=DEPTHS.size))
+  fit = analysis.fit_depth_scaling(DEPTHS, losses, fit_floor=fit_floor)
+  names = ("L0", "c", "alpha") if fit_floor else ("c", "alpha")
+  truth = dict(L0=L0, c=c, alpha=alpha)
+  for name in names:
+    se = fit[name + "_se"]
+    assert np.isfinite(se) and se > 0, (name, se)
+    assert abs(fit[name] - truth[name]) <= 3 * se, (name, fit[name], truth[name], se)
+  assert fit["r2"] > 0.99
+
+
+def test_fit_standard_errors_shrink_with_less_noise():
+  rng = np.random.default_rng(7)
+  z = rng.normal(size=DEPTHS.size)
+  loud = analysis.fit_depth_scaling(DEPTHS, _curve(0.5, 2.0, 1.0) * np.exp(0.05 * z))
+  quiet = analysis.fit_depth_scaling(DEPTHS, _curve(0.5, 2.0, 1.0) * np.exp(0.005 * z))
+  assert quiet["alpha_se"] < loud["alpha_se"] / 3
+
+
+def test_fit_without_spare_degrees_of_freedom_has_nan_se():
+  fit = analysis.fit_depth_scaling([1, 2, 4], _curve(0.5, 2.0, 1.0, np.array([1., 2., 4.])))
+  assert np.isnan(fit["alpha_se"])
+  np.testing.assert_allclose(fit["alpha"], 1.0, rtol=0.05)
+
+
+def test_fit_rejects_bad_input():
+  with pytest.raises(ValueError):
+    analysis.fit_depth_scaling([1, 2, 4], [1.0, 0.0, 0.5])
+  with pytest.raises(ValueError):
+    analysis.fit_depth_scaling([1, 2], [1.0, 0.5, 0.2])
+  with pytest.raises(ValueError):
+    analysis.fit_depth_scaling([1], [1.0])
+
+
+@pytest.mark.parametrize("L0,c,alpha", [(2.0, 1.5, 1.0), (0.8, 0.3, 0.7)])
+def test_gap_fit_recovers_alpha(L0, c, alpha):
+  depths = np.array([1, 2, 4, 8, 16, 32], float)
+  shared = L0 - c * depths ** (-alpha)
+  shared[0] = np.nan  # C_1 is undefined
+  fit = analysis.fit_gap(depths, shared, L0)
+  np.testing.assert_allclose([fit["alpha"], fit["c"]], [alpha, c], rtol=1e-9)
+  assert fit["dropped_depths"] == [1.0]
+  assert fit["depths"] == [2.0, 4.0, 8.0, 16.0, 32.0]
+  np.testing.assert_allclose(fit["r2"], 1.0, atol=1e-12)
+
+
+def test_gap_fit_with_noise_and_nonpositive_gaps():
+  rng = np.random.default_rng(0)
+  depths = np.array([2, 3, 4, 6, 8, 12, 16, 24, 32, 64], float)
+  gaps = 0.9 * depths ** -1.0 * np.exp(0.02 * rng.normal(size=depths.size))
+  shared = 1.0 - gaps
+  shared[-1] = 1.1  # C above the floor: dropped
+  fit = analysis.fit_gap(depths, shared, 1.0)
+  assert fit["dropped_depths"] == [64.0]
+  assert abs(fit["alpha"] - 1.0) <= 3 * fit["alpha_se"] and fit["alpha_se"] > 0
+  too_few = analysis.fit_gap(np.array([1.0, 2.0]), np.array([np.nan, 0.5]), 1.0)
+  assert np.isnan(too_few["alpha"])

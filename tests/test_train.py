@@ -1,0 +1,268 @@
+"""The grid trainer: a model trained in a grid equals the model trained alone,
+divergence is isolated per model, and the identity holds on trained predictions.
+
+Sizes are tiny (d = 4, P = 8, N = 8, batch 16) and the convergence rule is made
+impatient (patience 1, rel_tol 5%, one lr decay) so that learning-rate decay and
+convergence fire for some models within a few evaluation chunks.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from inverse_depth import analysis
+from inverse_depth.grid import InitScales
+from inverse_depth.train import GridTrainer, Problem, TrainSettings
+
+PROBLEM = Problem(task="topk", k=2, a=0.0, b=0.0, d=4, P=8)
+SETTINGS = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_steps=40,
+                         eval_every=5, rel_tol=0.05, patience=1, lr_decay_factor=0.5,
+                         max_lr_decays=1, divergence_loss=1e6)
+N = 8
+GRID_DEPTHS, GRID_SEEDS = (1, 2, 3), (0, 1)
+ALONE_DEPTHS, ALONE_SEEDS = (2,), (1,)
+VAL_SIZE, CHUNK = 64, 64
+BOOKKEEPING = ("lr_scale_SM", "best_val_loss_SM", "evals_since_best_SM", "num_lr_decays_SM",
+               "converged_SM", "diverged_SM", "diverged_at_step_SM", "steps_trained_SM")
+
+
+def _trainer(model, depths, seeds, settings=SETTINGS):
+  return GridTrainer(model, PROBLEM, depths, seeds, settings, N=N, init_scales=InitScales(),
+                     init_key=jax.random.key(10), data_key=jax.random.key(11))
+
+
+def _init_state(trainer):
+  """trainer.init_state(), with its one weakly typed leaf made strong.
+
+  init_state builds best_val_loss_SM with jnp.full(shape, jnp.inf), which is
+  weakly typed; update_convergence returns it strongly typed, so the second
+  chunk recompiles train_chunk (see test_state_types_are_stable_across_a_chunk).
+  Casting here only saves test time; values are unchanged.
+  """
+  state = trainer.init_state()
+  return state.replace(best_val_loss_SM=jnp.asarray(state.best_val_loss_SM, jnp.float32))
+
+
+@pytest.fixture(scope="module")
+def val_set():
+  return jax.jit(lambda key: PROBLEM.sample(key, VAL_SIZE))(jax.random.key(12))
+
+
+def _copy(tree):
+  return jax.tree.map(lambda x: np.array(x, copy=True), tree)
+
+
+def _fit(trainer, val_set):
+  state = _init_state(trainer)
+  history = []
+  for state, progress in trainer.fit(state, val_set, CHUNK):
+    history.append(progress)
+  return state, history
+
+
+def _model_params(params, layout, s, m):
+  model = {k: np.asarray(v[s, m]) for k, v in params["model"].items()}
+  layers = {k: np.asarray(v[s, layout.layer_slice(m)]) for k, v in params["layer"].items()}
+  return model, layers
+
+
+@pytest.fixture(scope="module", params=["softmax", "linear"])
+def grid_and_alone(request, val_set):
+  model = request.param
+  grid = _trainer(model, GRID_DEPTHS, GRID_SEEDS)
+  alone = _trainer(model, ALONE_DEPTHS, ALONE_SEEDS)
+  grid_state, grid_history = _fit(grid, val_set)
+  alone_state, alone_history = _fit(alone, val_set)
+  return dict(model=model, grid=grid, alone=alone, grid_state=grid_state,
+              grid_history=grid_history, alone_state=alone_state, alone_history=alone_history)
+
+
+def test_grid_model_equals_model_trained_alone(grid_and_alone):
+  g, a = grid_and_alone["grid_state"], grid_and_alone["alone_state"]
+  grid, alone = grid_and_alone["grid"], grid_and_alone["alone"]
+  s, m = GRID_SEEDS.index(1), GRID_DEPTHS.index(2)
+  grid_model, grid_layers = _model_params(g.params, grid.layout, s, m)
+  alone_model, alone_layers = _model_params(a.params, alone.layout, 0, 0)
+  for name in grid_model:
+    np.testing.assert_allclose(grid_model[name], alone_model[name], rtol=1e-5, atol=1e-6,
+                               err_msg=name)
+  for name in grid_layers:
+    np.testing.assert_allclose(grid_layers[name], alone_layers[name], rtol=1e-5, atol=1e-6,
+                               err_msg=name)
+  for field in BOOKKEEPING:
+    np.testing.assert_allclose(np.asarray(getattr(g, field))[s, m],
+                               np.asarray(getattr(a, field))[0, 0], rtol=1e-5, err_msg=field)
+  # The validation-loss history agrees for as long as both ran.
+  for grid_progress, alone_progress in zip(grid_and_alone["grid_history"],
+                                           grid_and_alone["alone_history"]):
+    assert grid_progress["step"] == alone_progress["step"]
+    np.testing.assert_allclose(grid_progress["val_loss"][s][m], alone_progress["val_loss"][0][0],
+                               rtol=1e-5)
+    np.testing.assert_allclose(grid_progress["lr_scale"][s][m], alone_progress["lr_scale"][0][0])
+
+
+def test_convergence_bookkeeping_was_exercised(grid_and_alone):
+  """The settings make lr decay and convergence fire, at different times per model."""
+  g = grid_and_alone["grid_state"]
+  s, m = GRID_SEEDS.index(1), GRID_DEPTHS.index(2)
+  assert int(g.num_lr_decays_SM[s, m]) >= 1
+  assert float(g.lr_scale_SM[s, m]) < 1.0
+  assert bool(g.converged_SM[s, m])
+  assert not bool(np.asarray(g.diverged_SM).any())
+  steps = np.asarray(g.steps_trained_SM)
+  assert len(set(steps.ravel().tolist())) > 1, steps  # models froze at different steps
+  # Frozen models stop at a chunk boundary; the grid ran until none was active or max_steps.
+  assert np.all(steps % SETTINGS.eval_every == 0)
+  assert int(g.step) == steps.max()
+  assert int(g.step) == SETTINGS.max_steps or bool(np.asarray(g.converged_SM).all())
+  # The model trained alone stopped as soon as it converged.
+  a = grid_and_alone["alone_state"]
+  assert int(a.step) == int(a.steps_trained_SM[0, 0])
+  # The per-model convergence rule: lr_scale is decay^(number of decays).
+  np.testing.assert_allclose(np.asarray(g.lr_scale_SM),
+                             SETTINGS.lr_decay_factor ** np.asarray(g.num_lr_decays_SM))
+  assert np.all(np.asarray(g.num_lr_decays_SM) <= SETTINGS.max_lr_decays)
+
+
+def test_converged_models_are_frozen(grid_and_alone, val_set):
+  """A converged model's params do not change when the grid trains on."""
+  grid = grid_and_alone["grid"]
+  state = _init_state(grid)
+  frozen_at = {}
+  for state, _ in grid.fit(state, val_set, CHUNK):
+    converged = np.asarray(state.converged_SM)
+    params = _copy(state.params)
+    for s, m in zip(*np.nonzero(converged)):
+      if (s, m) not in frozen_at:
+        frozen_at[(s, m)] = _model_params(params, grid.layout, s, m)
+      else:
+        now = _model_params(params, grid.layout, s, m)
+        for before_leaf, now_leaf in zip(jax.tree.leaves(frozen_at[(s, m)]),
+                                         jax.tree.leaves(now)):
+          np.testing.assert_array_equal(before_leaf, now_leaf)
+  assert frozen_at
+
+
+def test_identity_on_trained_grid(grid_and_alone):
+  grid, state = grid_and_alone["grid"], grid_and_alone["grid_state"]
+  eval_set = jax.jit(lambda key: PROBLEM.sample(key, 96))(jax.random.key(13))
+  preds_STE = grid.predict(state.params, eval_set, 32)  # chunked evaluation
+  assert preds_STE.shape == (len(GRID_SEEDS), sum(GRID_DEPTHS), 96)
+  np.testing.assert_allclose(preds_STE, grid.predict(state.params, eval_set, 96), rtol=1e-5,
+                             atol=1e-6)
+  losses_SM = grid.model_losses(state.params, eval_set, 96)
+  target = np.asarray(eval_set.target_B)
+  for s in range(len(GRID_SEEDS)):
+    for m, depth in enumerate(GRID_DEPTHS):
+      parts = analysis.decompose(preds_STE[s, grid.layout.layer_slice(m)], target)
+      assert abs(parts["identity_residual"]) <= 1e-10 * parts["R"]
+      np.testing.assert_allclose(parts["R"], losses_SM[s, m], rtol=1e-4)
+      if depth > 1:
+        assert parts["A"] >= parts["C"]
+        np.testing.assert_allclose(parts["R"], parts["C"] + (parts["A"] - parts["C"]) / depth,
+                                   rtol=1e-10)
+
+
+def test_state_types_are_stable_across_a_chunk(val_set):
+  """init_state's leaves have the same shapes, dtypes and weak types as the state that
+  train_chunk and update_convergence return, so the compiled chunk is reused.
+
+  Fails while init_state builds best_val_loss_SM as jnp.full(shape, jnp.inf)
+  (weak float32): the first update_convergence returns a strong float32 and
+  the second train_chunk call recompiles the whole step.
+  """
+  trainer = _trainer("softmax", (1, 2), (0,))
+  state = trainer.init_state()
+  after_chunk, _ = jax.eval_shape(trainer._train_chunk, state)
+  after_update = jax.eval_shape(trainer._update_convergence, after_chunk,
+                                jax.ShapeDtypeStruct((1, 2), jnp.float32))
+
+  def avals(tree):
+    return [(jax.tree_util.keystr(path), x.shape, x.dtype, x.weak_type)
+            for path, x in jax.tree_util.tree_leaves_with_path(tree)]
+
+  def typed(tree):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                       weak_type=getattr(x, "weak_type",
+                                                                         False)), tree)
+
+  assert avals(typed(state)) == avals(after_chunk)
+  assert avals(typed(state)) == avals(after_update)
+
+
+# --- divergence isolation ----------------------------------------------------------------------
+
+POISON_SEED, POISON_MODEL = 0, 1
+
+
+@pytest.fixture(scope="module")
+def divergence_runs():
+  """One softmax grid; after one clean chunk, W_o of (seed 0, model 1) is scaled by 1e20
+  (finite params, loss far above divergence_loss), and a second chunk is run. The same
+  second chunk is run from the unpoisoned state for comparison."""
+  settings = SETTINGS
+  trainer = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS, settings)
+  state, _ = trainer.train_chunk(_init_state(trainer))
+  clean_start = jax.tree.map(jnp.array, state)
+  W_o = state.params["model"]["W_o"]
+  poisoned_params = dict(state.params, model=dict(
+      state.params["model"], W_o=W_o.at[POISON_SEED, POISON_MODEL].multiply(1e20)))
+  poisoned_start = state.replace(params=poisoned_params)
+  poisoned_before = _copy(poisoned_start)
+  poisoned_after, poisoned_losses = trainer.train_chunk(poisoned_start)
+  clean_after, clean_losses = trainer.train_chunk(clean_start)
+  return dict(trainer=trainer, before=poisoned_before, poisoned=_copy(poisoned_after),
+              clean=_copy(clean_after), poisoned_losses=np.asarray(poisoned_losses),
+              clean_losses=np.asarray(clean_losses))
+
+
+def test_diverged_model_is_marked_and_frozen(divergence_runs):
+  before, after = divergence_runs["before"], divergence_runs["poisoned"]
+  layout = divergence_runs["trainer"].layout
+  s, m = POISON_SEED, POISON_MODEL
+  diverged = np.asarray(after.diverged_SM)
+  assert diverged[s, m]
+  assert diverged.sum() == 1
+  every = SETTINGS.eval_every
+  # It diverged at the first step of the second chunk and was never updated after.
+  assert int(after.diverged_at_step_SM[s, m]) == every
+  assert np.all(np.delete(np.asarray(after.diverged_at_step_SM).ravel(),
+                          s * len(GRID_DEPTHS) + m) == -1)
+  assert int(after.steps_trained_SM[s, m]) == every
+  assert np.all(np.delete(np.asarray(after.steps_trained_SM).ravel(),
+                          s * len(GRID_DEPTHS) + m) == 2 * every)
+  assert not bool(np.asarray(after.active_SM)[s, m])
+  for leaf_before, leaf_after in zip(jax.tree.leaves(_model_params(before.params, layout, s, m)),
+                                     jax.tree.leaves(_model_params(after.params, layout, s, m))):
+    np.testing.assert_array_equal(leaf_after, leaf_before)
+    assert np.all(np.isfinite(leaf_after))
+  # Its Adam moments are frozen too.
+  adam_before, adam_after = before.opt_state[0], after.opt_state[0]
+  for moments in ("mu", "nu"):
+    for leaf_before, leaf_after in zip(
+        jax.tree.leaves(_model_params(getattr(adam_before, moments), layout, s, m)),
+        jax.tree.leaves(_model_params(getattr(adam_after, moments), layout, s, m))):
+      np.testing.assert_array_equal(leaf_after, leaf_before)
+  assert not np.all(np.isfinite(divergence_runs["poisoned_losses"][s, m])) or (
+      divergence_runs["poisoned_losses"][s, m] > SETTINGS.divergence_loss)
+
+
+def test_divergence_does_not_touch_other_models(divergence_runs):
+  poisoned, clean = divergence_runs["poisoned"], divergence_runs["clean"]
+  layout = divergence_runs["trainer"].layout
+  for s in range(len(GRID_SEEDS)):
+    for m in range(len(GRID_DEPTHS)):
+      if (s, m) == (POISON_SEED, POISON_MODEL):
+        continue
+      for leaf_p, leaf_c in zip(jax.tree.leaves(_model_params(poisoned.params, layout, s, m)),
+                                jax.tree.leaves(_model_params(clean.params, layout, s, m))):
+        assert np.all(np.isfinite(leaf_p))
+        np.testing.assert_allclose(leaf_p, leaf_c, rtol=1e-6, atol=1e-7)
+      np.testing.assert_allclose(divergence_runs["poisoned_losses"][s, m],
+                                 divergence_runs["clean_losses"][s, m], rtol=1e-6)
+  assert not np.asarray(clean.diverged_SM).any()
+  # The clean run did update the model the other run froze.
+  clean_W_o = clean.params["model"]["W_o"][POISON_SEED, POISON_MODEL]
+  before_W_o = divergence_runs["before"].params["model"]["W_o"][POISON_SEED, POISON_MODEL]
+  assert not np.allclose(clean_W_o * 1e20, before_W_o)
