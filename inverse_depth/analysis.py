@@ -33,13 +33,20 @@ def decompose(layer_preds, target) -> dict:
 
 
 def _standard_errors(result, num_points: int) -> np.ndarray:
-  """sqrt(diag(s^2 (J^T J)^-1)) with s^2 = RSS / (n - p); NaN without spare degrees of freedom."""
+  """sqrt(diag(s^2 (J^T J)^-1)) with s^2 = RSS / (n - p).
+
+  NaN without spare degrees of freedom; inf when J^T J is singular (a parameter
+  the data do not determine).
+  """
   num_params = result.x.size
   dof = num_points - num_params
   if dof <= 0:
     return np.full(num_params, np.nan)
   rss = float(np.sum(result.fun ** 2))
-  covariance = np.linalg.pinv(result.jac.T @ result.jac) * rss / dof
+  information = result.jac.T @ result.jac
+  if np.linalg.cond(information) > 1e12:  # degenerate fit (e.g. c -> 0 on a flat curve)
+    return np.full(num_params, np.inf)
+  covariance = np.linalg.inv(information) * rss / dof
   return np.sqrt(np.clip(np.diag(covariance), 0.0, None))
 
 

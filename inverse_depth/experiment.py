@@ -57,8 +57,8 @@ def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dic
                         config_lib.train_settings(config), N=config.N,
                         init_scales=config_lib.init_scales(config), init_key=keys["init"],
                         data_key=keys["data"])
-  val_set = problem.sample(keys["val"], config.val_size)
-  eval_set = problem.sample(keys["eval"], config.eval_size)
+  val_set = jax.jit(problem.sample, static_argnums=1)(keys["val"], config.val_size)
+  eval_set = jax.jit(problem.sample, static_argnums=1)(keys["eval"], config.eval_size)
   name = grid_name(model, a, b)
   state = trainer.init_state()
   for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):
@@ -141,13 +141,33 @@ def fit_grid(runs: list[dict]) -> dict:
   return fit
 
 
+class WorkdirConflict(RuntimeError):
+  """The workdir holds results of a different config."""
+
+
+def check_workdir(config_dict: dict, workdir: str) -> None:
+  """Refuses a workdir whose saved config differs from `config_dict` (naming the fields)."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)
+  current = json.loads(json.dumps(config_dict))  # tuples -> lists, as saved
+  differing = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+  if differing:
+    raise WorkdirConflict(
+        f"{workdir} holds results of a different config (fields {', '.join(differing)}: "
+        + "; ".join(f"{k} saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in differing)
+        + "). Choose a new --workdir or delete this one.")
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or resumes) the experiment in `workdir` and writes results and report."""
   config_lib.validate(config)
+  check_workdir(config.to_dict(), workdir)
   os.makedirs(os.path.join(workdir, "grids"), exist_ok=True)
   write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
-  start = time.time()
-  all_runs, fits = [], []
+  all_runs, fits, grid_times = [], [], []
   with open(os.path.join(workdir, "metrics.jsonl"), "a") as metrics_file:
     for model in config_lib.model_names(config):
       for a, b in config.spectra:
@@ -155,13 +175,17 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
         if os.path.exists(grid_path):
           logging.info("Grid %s already done; loading %s", grid_name(model, a, b), grid_path)
           with open(grid_path) as f:
-            runs = json.load(f)
+            grid = json.load(f)
         else:
-          runs = train_grid(config, model, a, b, metrics_file)
-          write_json_atomic(grid_path, runs)
-        all_runs.extend(runs)
-        fits.append(fit_grid(runs))
-  results = dict(runs=all_runs, fits=fits, wall_time_s=time.time() - start,
+          start = time.time()
+          grid = dict(runs=train_grid(config, model, a, b, metrics_file))
+          grid["wall_time_s"] = time.time() - start
+          write_json_atomic(grid_path, grid)
+        all_runs.extend(grid["runs"])
+        fits.append(fit_grid(grid["runs"]))
+        grid_times.append(grid["wall_time_s"])
+  results = dict(runs=all_runs, fits=fits, config=config.to_dict(),
+                 wall_time_s=float(sum(grid_times)),  # training + evaluation, all grids
                  backend=jax.default_backend(), num_devices=jax.device_count())
   write_json_atomic(os.path.join(workdir, RESULTS_FILE), results)
   report.write_report(workdir)

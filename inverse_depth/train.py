@@ -141,9 +141,10 @@ class GridTrainer:
     params = init_grid(self.init_key, self.layout, self.seeds, d=self.problem.d, N=self.N,
                        scales=self.init_scales)
     shape = (len(self.seeds), self.layout.num_models)
-    return TrainState(
+    return TrainState(  # explicit dtypes: a weakly typed leaf would recompile the 2nd chunk
         step=jnp.zeros((), jnp.int32), params=params, opt_state=self.optimizer.init(params),
-        lr_scale_SM=jnp.ones(shape), best_val_loss_SM=jnp.full(shape, jnp.inf),
+        lr_scale_SM=jnp.ones(shape, jnp.float32),
+        best_val_loss_SM=jnp.full(shape, jnp.inf, jnp.float32),
         evals_since_best_SM=jnp.zeros(shape, jnp.int32),
         num_lr_decays_SM=jnp.zeros(shape, jnp.int32), converged_SM=jnp.zeros(shape, bool),
         diverged_SM=jnp.zeros(shape, bool), diverged_at_step_SM=jnp.full(shape, -1, jnp.int32),

@@ -31,17 +31,33 @@ def test_haar_orthogonal_is_orthogonal_and_varies_with_key():
   assert not np.allclose(q1, q2)
 
 
-def test_haar_orthogonal_first_moments():
-  """Under the Haar measure E[O_ij^2] = 1/d for every entry and E[O] = 0.
+def test_haar_orthogonal_moments():
+  """Under the Haar measure every column is uniform on the sphere:
+  E[O_ij] = 0, E[O_ij^2] = 1/d, E[O_ij^4] = 3/(d(d+2)) (= 0.2 for d = 3).
 
-  A QR without the sign fix gives R with a positive diagonal only by convention;
-  a biased sign would show up as a nonzero mean of the diagonal. 4000 draws,
-  d = 3: the standard error of each mean of O_ij is sqrt(1/3/4000) ~ 0.009.
+  A wrong sign convention in the QR/Householder construction biases the means
+  (e.g. a positive diagonal); a non-uniform direction shows in the 4th moment.
+  4000 draws, d = 3: standard errors ~0.009 (mean), ~0.004 (square), ~0.004
+  (4th moment); allowed 0.045, 0.02, 0.02.
   """
   keys = jax.random.split(jax.random.key(7), 4000)
   qs = np.asarray(jax.vmap(lambda k: tasks.haar_orthogonal(k, 3))(keys), np.float64)
+  np.testing.assert_allclose(np.einsum("bij,bkj->bik", qs, qs), np.broadcast_to(np.eye(3),
+                                                                               qs.shape),
+                             atol=1e-5)
   np.testing.assert_allclose(qs.mean(axis=0), 0.0, atol=0.045)
-  np.testing.assert_allclose((qs ** 2).mean(axis=0), 1 / 3, atol=0.03)
+  np.testing.assert_allclose((qs ** 2).mean(axis=0), 1 / 3, atol=0.02)
+  np.testing.assert_allclose((qs ** 4).mean(axis=0), 3 / 15, atol=0.02)
+
+
+def test_haar_rotate_applies_haar_orthogonal():
+  key = jax.random.key(5)
+  vectors = np.asarray(jax.random.normal(jax.random.key(6), (7, 5)), np.float64)
+  rotated = np.asarray(tasks.haar_rotate(key, jnp.asarray(vectors, jnp.float32)), np.float64)
+  O = np.asarray(tasks.haar_orthogonal(key, 5), np.float64)
+  np.testing.assert_allclose(rotated, vectors @ O.T, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.linalg.norm(rotated, axis=1), np.linalg.norm(vectors, axis=1),
+                             rtol=1e-5)
 
 
 # Most tests share one shape (B contexts, d = 4, P = 32) so that eager sampling
@@ -75,59 +91,62 @@ def test_within_context_input_covariance_has_the_spectrum():
   """One context, P = 20000 inputs from N(0, O diag(k^-a) O^T), d = 4, a = 1.
 
   The eigenvalues of the empirical covariance are the spectrum up to a relative
-  standard error of about sqrt(2/P) ~ 1%; we allow 5%.
+  standard error of about sqrt(2/P) ~ 1% (allowed 5%), and the covariance itself
+  is O diag(lambda) O^T for the context's rotation O (`context_rotation`), entry
+  by entry up to a standard error <= sqrt(2/P) ~ 0.01 (allowed 0.04).
   """
-  ctx = _np(tasks.sample_context(jax.random.key(0), d=4, P=20000, a=1.0, b=0.5, task="topk",
-                                 k=2))
+  key = jax.random.key(0)
+  ctx = _np(tasks.sample_context(key, d=4, P=20000, a=1.0, b=0.5, task="topk", k=2))
   x = ctx.x_context_BPD
   cov = x.T @ x / x.shape[0]
   eigenvalues = np.sort(np.linalg.eigvalsh(cov))[::-1]
-  np.testing.assert_allclose(eigenvalues, np.arange(1, 5) ** -1.0, rtol=0.05)
+  spectrum = np.arange(1, 5) ** -1.0
+  np.testing.assert_allclose(eigenvalues, spectrum, rtol=0.05)
   np.testing.assert_allclose(x.mean(axis=0), 0.0, atol=0.03)
+  O = np.asarray(tasks.context_rotation(key, 4), np.float64)
+  np.testing.assert_allclose(cov, O @ np.diag(spectrum) @ O.T, atol=0.04)
   # The eigenvectors are a random rotation, not the coordinate axes.
-  _, vectors = np.linalg.eigh(cov)
-  assert np.max(np.abs(np.abs(vectors).max(axis=0))) < 0.995
+  assert np.abs(O).max() < 0.995
 
 
-def test_beta_shares_the_rotation_and_has_the_omega_spectrum():
-  """beta ~ N(0, O diag(omega) O^T) with the *same* O as Sigma.
+def test_beta_and_inputs_share_the_rotation_with_their_spectra():
+  """beta ~ N(0, O diag(omega) O^T) and x_i, x_test ~ N(0, O diag(lambda) O^T) with the
+  *same* per-context O, which `context_rotation(key)` returns.
 
-  Each context has its own O, so pooling beta over contexts only sees
-  (tr Omega / d) I. Instead, per context we estimate the eigenvectors v_k of
-  Sigma from its P = 1024 inputs (eigenvector error ~ 0.11 rad for the closest
-  pair, lambda = 1/3 and 1/4, which mixes omega_3 and omega_4 by ~1%), and
-  average (v_k . beta)^2 over 1000 contexts: this estimates omega_k = k^-b with
-  a relative standard error sqrt(2/1000) ~ 4.5%; we allow 18% (~4 SE). If beta
-  were drawn with an independent rotation, every mode would give
-  tr(Omega)/d ~ 0.70 and the first (1.0) and last (0.5) would fail.
-
-  The same per-context eigenbasis also checks x_test of the top-k task: it is a
-  fresh N(0, Sigma) draw, so x_test^T Sigma^-1 x_test ~ chi^2_d has mean d = 4
-  (standard error sqrt(8/1000) ~ 0.09; allowed 0.4). An x_test ~ N(0, I) would
-  give tr(Sigma^-1) = 1 + 2 + 3 + 4 = 10.
+  Each context has its own O, so pooling over contexts in the original
+  coordinates only sees (tr / d) I. In each context's eigenbasis, O^T beta has
+  independent coordinates of variance omega_k = k^-b, and O^T x has variance
+  lambda_k = k^-a. 4000 contexts, P = 8, d = 4, a = 1, b = 0.5: the relative
+  standard error of each omega_k estimate is sqrt(2/4000) ~ 2.2% (allowed 10%),
+  of each lambda_k estimate from the 32000 context inputs ~0.8% (allowed 5%), of
+  the query's ~2.2% (allowed 10%). Off-diagonal second moments vanish (allowed
+  0.1 of the geometric mean of the two variances).
   """
-  d, P, contexts = 4, 1024, 1000
-  batch = tasks.sample_batch(jax.random.key(11), contexts, d=d, P=P, a=1.0, b=0.5,
-                             task="topk", k=2)
-  x = np.asarray(batch.x_context_BPD, np.float64)
-  beta = np.asarray(batch.beta_BD, np.float64)
-  x_test = np.asarray(batch.x_test_BD, np.float64)
-  cov = np.einsum("bpd,bpe->bde", x, x) / P
-  eigenvalues, vectors = np.linalg.eigh(cov)  # ascending
-  eigenvalues, vectors = eigenvalues[:, ::-1], vectors[:, :, ::-1]
-  coords = np.einsum("bdk,bd->bk", vectors, beta)
-  omega_hat = (coords ** 2).mean(axis=0)
-  np.testing.assert_allclose(omega_hat, np.arange(1, d + 1) ** -0.5, rtol=0.18)
-  assert omega_hat[0] > 1.5 * omega_hat[-1]
+  d, P, contexts, a, b = 4, 8, 4000, 1.0, 0.5
+  key = jax.random.key(11)
+  batch = jax.jit(lambda kk: tasks.sample_batch(kk, contexts, d=d, P=P, a=a, b=b, task="topk",
+                                                k=2))(key)
+  rotations = np.asarray(jax.vmap(lambda kk: tasks.context_rotation(kk, d))(
+      jax.random.split(key, contexts)), np.float64)
+  lam, omega = np.arange(1, d + 1) ** -a, np.arange(1, d + 1) ** -b
 
-  test_coords = np.einsum("bdk,bd->bk", vectors, x_test)
-  mahalanobis = (test_coords ** 2 / eigenvalues).sum(axis=1)
-  assert abs(mahalanobis.mean() - d) < 0.4
-  # E[y^2] = tr(Sigma Omega) = sum_k k^-(a+b) = 1.67 when Sigma and Omega share O
-  # (independent rotations would give tr(Sigma) tr(Omega) / d = 1.45). The per-context
-  # beta^T Sigma beta has standard deviation ~1.5, so the standard error is ~2.9%.
+  def second_moments(vectors_BND):
+    coords = np.einsum("bdk,bnd->bnk", rotations, np.asarray(vectors_BND, np.float64))
+    return np.einsum("bnk,bnl->kl", coords, coords) / (coords.shape[0] * coords.shape[1])
+
+  for name, vectors, spectrum, rtol in (
+      ("beta", np.asarray(batch.beta_BD)[:, None], omega, 0.1),
+      ("x_context", batch.x_context_BPD, lam, 0.05),
+      ("x_test", np.asarray(batch.x_test_BD)[:, None], lam, 0.1)):
+    m = second_moments(vectors)
+    np.testing.assert_allclose(np.diag(m), spectrum, rtol=rtol, err_msg=name)
+    off = m - np.diag(np.diag(m))
+    assert np.all(np.abs(off) < 0.1 * np.sqrt(np.outer(spectrum, spectrum))), (name, off)
+  # E[y^2] = tr(Sigma Omega) = sum_k k^-(a+b) when Sigma and Omega share O (independent
+  # rotations would give tr(Sigma) tr(Omega) / d = 1.45 instead of 1.67). The
+  # per-context beta^T Sigma beta has standard deviation ~1.5: standard error ~2%.
   y2 = (np.asarray(batch.y_context_BP, np.float64) ** 2).mean()
-  np.testing.assert_allclose(y2, np.sum(np.arange(1, d + 1) ** -1.5), rtol=0.1)
+  np.testing.assert_allclose(y2, np.sum(lam * omega), rtol=0.08)
 
 
 def _brute_force_top_k(x_context_PD, x_test_D, k):

@@ -6,6 +6,8 @@ impatient (patience 1, rel_tol 5%, one lr decay) so that learning-rate decay and
 convergence fire for some models within a few evaluation chunks.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,21 +29,11 @@ BOOKKEEPING = ("lr_scale_SM", "best_val_loss_SM", "evals_since_best_SM", "num_lr
                "converged_SM", "diverged_SM", "diverged_at_step_SM", "steps_trained_SM")
 
 
+@functools.lru_cache(maxsize=None)
 def _trainer(model, depths, seeds, settings=SETTINGS):
+  """Cached, so tests sharing a grid also share its compiled functions."""
   return GridTrainer(model, PROBLEM, depths, seeds, settings, N=N, init_scales=InitScales(),
                      init_key=jax.random.key(10), data_key=jax.random.key(11))
-
-
-def _init_state(trainer):
-  """trainer.init_state(), with its one weakly typed leaf made strong.
-
-  init_state builds best_val_loss_SM with jnp.full(shape, jnp.inf), which is
-  weakly typed; update_convergence returns it strongly typed, so the second
-  chunk recompiles train_chunk (see test_state_types_are_stable_across_a_chunk).
-  Casting here only saves test time; values are unchanged.
-  """
-  state = trainer.init_state()
-  return state.replace(best_val_loss_SM=jnp.asarray(state.best_val_loss_SM, jnp.float32))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +46,7 @@ def _copy(tree):
 
 
 def _fit(trainer, val_set):
-  state = _init_state(trainer)
+  state = trainer.init_state()
   history = []
   for state, progress in trainer.fit(state, val_set, CHUNK):
     history.append(progress)
@@ -128,7 +120,7 @@ def test_convergence_bookkeeping_was_exercised(grid_and_alone):
 def test_converged_models_are_frozen(grid_and_alone, val_set):
   """A converged model's params do not change when the grid trains on."""
   grid = grid_and_alone["grid"]
-  state = _init_state(grid)
+  state = grid.init_state()
   frozen_at = {}
   for state, _ in grid.fit(state, val_set, CHUNK):
     converged = np.asarray(state.converged_SM)
@@ -144,14 +136,16 @@ def test_converged_models_are_frozen(grid_and_alone, val_set):
   assert frozen_at
 
 
-def test_identity_on_trained_grid(grid_and_alone):
+def test_identity_on_trained_grid(grid_and_alone, val_set):
+  """On the trained grid's held-out predictions (here the validation set, whose
+  evaluation is already compiled), R = C + (A - C)/L to float64 precision."""
   grid, state = grid_and_alone["grid"], grid_and_alone["grid_state"]
-  eval_set = jax.jit(lambda key: PROBLEM.sample(key, 96))(jax.random.key(13))
+  eval_set = val_set
   preds_STE = grid.predict(state.params, eval_set, 32)  # chunked evaluation
-  assert preds_STE.shape == (len(GRID_SEEDS), sum(GRID_DEPTHS), 96)
-  np.testing.assert_allclose(preds_STE, grid.predict(state.params, eval_set, 96), rtol=1e-5,
+  assert preds_STE.shape == (len(GRID_SEEDS), sum(GRID_DEPTHS), VAL_SIZE)
+  np.testing.assert_allclose(preds_STE, grid.predict(state.params, eval_set, CHUNK), rtol=1e-5,
                              atol=1e-6)
-  losses_SM = grid.model_losses(state.params, eval_set, 96)
+  losses_SM = grid.model_losses(state.params, eval_set, CHUNK)
   target = np.asarray(eval_set.target_B)
   for s in range(len(GRID_SEEDS)):
     for m, depth in enumerate(GRID_DEPTHS):
@@ -201,9 +195,8 @@ def divergence_runs():
   """One softmax grid; after one clean chunk, W_o of (seed 0, model 1) is scaled by 1e20
   (finite params, loss far above divergence_loss), and a second chunk is run. The same
   second chunk is run from the unpoisoned state for comparison."""
-  settings = SETTINGS
-  trainer = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS, settings)
-  state, _ = trainer.train_chunk(_init_state(trainer))
+  trainer = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS)
+  state, _ = trainer.train_chunk(trainer.init_state())
   clean_start = jax.tree.map(jnp.array, state)
   W_o = state.params["model"]["W_o"]
   poisoned_params = dict(state.params, model=dict(
@@ -266,3 +259,34 @@ def test_divergence_does_not_touch_other_models(divergence_runs):
   clean_W_o = clean.params["model"]["W_o"][POISON_SEED, POISON_MODEL]
   before_W_o = divergence_runs["before"].params["model"]["W_o"][POISON_SEED, POISON_MODEL]
   assert not np.allclose(clean_W_o * 1e20, before_W_o)
+
+
+def test_nan_parameters_at_start_diverge_at_step_zero():
+  """A model whose W_o is NaN from the start is marked diverged at step 0, never
+  updated, and leaves every other model exactly as in a clean run."""
+  trainer = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS)  # compiled by the tests above
+  s, m = 1, 2
+  clean_after, _ = trainer.train_chunk(trainer.init_state())
+  clean_after = _copy(clean_after)
+  state = trainer.init_state()
+  state = state.replace(params=dict(state.params, model=dict(
+      state.params["model"], W_o=state.params["model"]["W_o"].at[s, m].set(jnp.nan))))
+  before = _copy(state)
+  after, losses = trainer.train_chunk(state)
+  after = _copy(after)
+  assert not np.isfinite(np.asarray(losses)[s, m])
+  assert after.diverged_SM[s, m] and after.diverged_SM.sum() == 1
+  assert after.diverged_at_step_SM[s, m] == 0 and after.steps_trained_SM[s, m] == 0
+  layout = trainer.layout
+  np.testing.assert_array_equal(after.params["layer"]["W_q"][s, layout.layer_slice(m)],
+                                before.params["layer"]["W_q"][s, layout.layer_slice(m)])
+  np.testing.assert_array_equal(after.params["model"]["W_x"][s, m],
+                                before.params["model"]["W_x"][s, m])
+  for s2 in range(len(GRID_SEEDS)):
+    for m2 in range(len(GRID_DEPTHS)):
+      if (s2, m2) == (s, m):
+        continue
+      for leaf_a, leaf_c in zip(jax.tree.leaves(_model_params(after.params, layout, s2, m2)),
+                                jax.tree.leaves(_model_params(clean_after.params, layout, s2,
+                                                              m2))):
+        np.testing.assert_allclose(leaf_a, leaf_c, rtol=1e-6, atol=1e-7)

@@ -1,0 +1,101 @@
+"""Config validation and the command-line entrypoint's handling of bad overrides."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments.configs import default, quick, smoke
+from inverse_depth import config as config_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("module", [default, quick, smoke], ids=["default", "quick", "smoke"])
+def test_shipped_configs_validate(module):
+  config = module.get_config()
+  config_lib.validate(config)
+  # The trainer settings and problem can be built from them.
+  settings = config_lib.train_settings(config)
+  assert settings.max_steps % settings.eval_every == 0
+  a, b = config.spectra[0]
+  assert config_lib.problem(config, a, b).P == config.P
+
+
+def _set(**fields):
+  def apply(config):
+    for name, value in fields.items():
+      config[name] = value
+  return apply
+
+
+INVALID = [
+    ("spectra", _set(spectra=((-1.0, 0.0),))),
+    ("spectra", _set(spectra=((0.0, 0.0), (0.5, -0.25)))),
+    ("spectra", _set(spectra=((0.0, 0.0), (0.0, 0.0)))),
+    ("k", _set(k=9)),  # smoke has P = 8
+    ("depths", _set(depths=(0, 1, 2))),
+    ("depths", _set(depths=(1, 2, 2))),
+    ("N", _set(N=2)),  # smoke has d = 4
+    ("model", _set(model="transformer")),
+    ("model", _set(model="softmax,softmax")),
+    ("task", _set(task="top3")),
+    ("max_steps", _set(max_steps=210)),  # eval_every = 20
+    ("learning_rate", _set(learning_rate=-1e-3)),
+    ("lr_decay_factor", _set(lr_decay_factor=1.5)),
+    ("rel_tol", _set(rel_tol=1.0)),
+    ("num_seeds", _set(num_seeds=0)),
+]
+
+
+@pytest.mark.parametrize("field,mutate", INVALID,
+                         ids=[f"{field}-{i}" for i, (field, _) in enumerate(INVALID)])
+def test_invalid_values_raise_config_error_naming_the_field(field, mutate):
+  config = smoke.get_config()
+  mutate(config)
+  with pytest.raises(config_lib.ConfigError) as info:
+    config_lib.validate(config)
+  assert f"config.{field}=" in str(info.value)
+
+
+def test_config_error_is_a_value_error():
+  assert issubclass(config_lib.ConfigError, ValueError)
+
+
+def test_k_larger_than_P_is_allowed_for_top1():
+  config = smoke.get_config()
+  config.task = "top1"
+  config.k = 100  # ignored by top1
+  config_lib.validate(config)
+
+
+def _run_entrypoint(workdir, *overrides):
+  return subprocess.run(
+      [sys.executable, "-m", "experiments.run", "--config=experiments/configs/smoke.py",
+       f"--workdir={workdir}", *overrides],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def _written(workdir):
+  if not os.path.exists(workdir):
+    return []
+  return sorted(os.path.relpath(os.path.join(root, name), workdir)
+                for root, _, names in os.walk(workdir) for name in names)
+
+
+def test_entrypoint_rejects_unknown_override(tmp_path):
+  workdir = str(tmp_path / "run")
+  proc = _run_entrypoint(workdir, "--config.not_a_field=1")
+  assert proc.returncode != 0
+  assert "not_a_field" in proc.stderr
+  assert _written(workdir) == []
+
+
+def test_entrypoint_rejects_invalid_override_before_writing(tmp_path):
+  workdir = str(tmp_path / "run")
+  proc = _run_entrypoint(workdir, "--config.k=100")
+  assert proc.returncode != 0
+  assert "config.k=100" in proc.stderr
+  assert not os.path.exists(os.path.join(workdir, "config.json"))
+  assert _written(workdir) == []

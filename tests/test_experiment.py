@@ -1,0 +1,261 @@
+"""End to end: config -> grids -> results.json -> fits -> figures and report.md."""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments.configs import smoke
+from inverse_depth import experiment, report
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_KEYS = {"model", "task", "k", "a", "b", "depth", "seed", "eval_loss", "A", "C", "diverged",
+            "steps"}
+FIT_KEYS = {"L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2", "depths", "losses"}
+
+
+MODELS = ("softmax",)
+
+
+def _tiny_config():
+  """The smoke config, shrunk to fit the fast suite: the softmax grid only, one 20-step
+  chunk (one compile of the step).
+
+  Both model kinds, multi-chunk training and the convergence rule are covered by
+  test_train.py and by the slow entrypoint test at the end (the unmodified smoke
+  config).
+  """
+  config = smoke.get_config()
+  config.model = ",".join(MODELS)
+  config.max_steps = 20
+  config.eval_every = 20
+  # One set size for validation and evaluation: their samplers and the evaluation
+  # share compilations.
+  config.val_size = 256
+  config.eval_size = 256
+  config.eval_chunk_size = 256
+  return config
+
+
+def _mtimes(paths):
+  return {p: os.stat(p).st_mtime_ns for p in paths}
+
+
+@pytest.fixture(scope="module")
+def experiment_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("experiment"))
+  config = _tiny_config()
+  results = experiment.run(config, workdir)
+  with open(os.path.join(workdir, "report.md")) as f:
+    first_report = f.read()
+  return dict(config=config, workdir=workdir, results=results, first_report=first_report)
+
+
+def test_workdir_contents(experiment_run):
+  workdir, config = experiment_run["workdir"], experiment_run["config"]
+  for name in ("config.json", "metrics.jsonl", "results.json", "report.md"):
+    assert os.path.isfile(os.path.join(workdir, name)), name
+  with open(os.path.join(workdir, "config.json")) as f:
+    assert json.load(f) == json.loads(json.dumps(config.to_dict()))
+  figures = glob.glob(os.path.join(workdir, "figures", "*.png"))
+  assert {os.path.basename(p) for p in figures} >= {"depth_scaling.png", "decomposition.png"}
+  for path in figures:
+    with open(path, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  grids = sorted(os.path.basename(p) for p in glob.glob(os.path.join(workdir, "grids", "*.json")))
+  assert grids == sorted(experiment.grid_name(m, a, b) + ".json"
+                         for m in MODELS for a, b in config.spectra)
+
+
+def test_metrics_are_json_lines(experiment_run):
+  workdir, config = experiment_run["workdir"], experiment_run["config"]
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    lines = [json.loads(line) for line in f if line.strip()]
+  assert lines
+  num_models = len(config.depths)
+  for record in lines:
+    assert record["model"] in MODELS
+    assert record["step"] % config.eval_every == 0 and 0 < record["step"] <= config.max_steps
+    val = np.asarray(record["val_loss"])
+    assert val.shape == (config.num_seeds, num_models)
+    assert np.all(np.isfinite(val))
+  for model in MODELS:
+    steps = [r["step"] for r in lines if r["model"] == model]
+    assert steps == sorted(steps) and steps[0] == config.eval_every
+
+
+def test_results_records(experiment_run):
+  workdir, config = experiment_run["workdir"], experiment_run["config"]
+  with open(os.path.join(workdir, "results.json")) as f:
+    results = json.load(f)
+  runs = results["runs"]
+  assert len(runs) == len(MODELS) * len(config.depths) * config.num_seeds * len(config.spectra)
+  for r in runs:
+    assert RUN_KEYS <= set(r), RUN_KEYS - set(r)
+    assert r["task"] == config.task and r["k"] == config.k
+    assert r["depth"] in config.depths and r["seed"] in range(config.num_seeds)
+    assert r["eval_loss"] > 0 and np.isfinite(r["eval_loss"])
+    assert 0 < r["steps"] <= config.max_steps and r["steps"] % config.eval_every == 0
+    assert r["diverged"] is False
+    assert abs(r["identity_residual"]) <= 1e-9 * r["eval_loss"]
+    if r["depth"] == 1:
+      assert r["C"] is None or np.isnan(r["C"])
+      np.testing.assert_allclose(r["A"], r["eval_loss"], rtol=1e-12)
+    else:
+      assert r["A"] >= r["C"]
+      np.testing.assert_allclose(r["eval_loss"], r["C"] + (r["A"] - r["C"]) / r["depth"],
+                                 rtol=1e-9)
+  assert {(r["model"], r["depth"], r["seed"]) for r in runs} == {
+      (m, L, s) for m in MODELS for L in config.depths
+      for s in range(config.num_seeds)}
+
+  fits = results["fits"]
+  assert len(fits) == len(MODELS) * len(config.spectra)
+  for fit in fits:
+    assert FIT_KEYS <= set(fit), FIT_KEYS - set(fit)
+    assert fit["depths"] == list(config.depths)
+    mine = [r for r in runs if r["model"] == fit["model"]]
+    for depth, loss in zip(fit["depths"], fit["losses"]):
+      np.testing.assert_allclose(
+          loss, np.mean([r["eval_loss"] for r in mine if r["depth"] == depth]), rtol=1e-12)
+    for name in ("L0", "c", "alpha"):
+      assert np.isfinite(fit[name])
+    assert fit["c"] > 0 and fit["alpha"] > 0 and fit["L0"] >= 0
+  # What run() returns is what it wrote.
+  assert json.loads(json.dumps(experiment_run["results"]))["runs"] == runs
+
+
+def test_report_has_depth_table(experiment_run):
+  text = experiment_run["first_report"]
+  config = experiment_run["config"]
+  assert text.startswith("# inverse-depth report")
+  assert "| depth | R_L" in text
+  for model in MODELS:
+    assert f"## {model}, top-{config.k}" in text
+  table_rows = [line for line in text.splitlines() if line.startswith("| ")]
+  for depth in config.depths:
+    # One row per depth in each grid's table.
+    assert sum(line.startswith(f"| {depth} | ") for line in table_rows) == len(MODELS)
+  assert "figures/depth_scaling.png" in text and "figures/decomposition.png" in text
+
+
+def test_rerun_resumes_without_retraining_and_report_regenerates(experiment_run):
+  workdir = experiment_run["workdir"]
+  grids = glob.glob(os.path.join(workdir, "grids", "*.json"))
+  before = _mtimes(grids)
+  metrics_path = os.path.join(workdir, "metrics.jsonl")
+  with open(metrics_path) as f:
+    metrics_before = f.read()
+
+  results = experiment.run(experiment_run["config"], workdir)
+
+  assert _mtimes(grids) == before
+  with open(metrics_path) as f:
+    assert f.read() == metrics_before  # no training step logged
+  assert results["runs"] == json.loads(json.dumps(experiment_run["results"]))["runs"]
+
+  # The report is a function of results.json alone: delete it and the
+  # figures, regenerate, and get the same text.
+  with open(os.path.join(workdir, "report.md")) as f:
+    report_text = f.read()
+  os.remove(os.path.join(workdir, "report.md"))
+  shutil.rmtree(os.path.join(workdir, "figures"))
+  path = report.write_report(workdir)
+  assert path == os.path.join(workdir, "report.md")
+  with open(path) as f:
+    assert f.read() == report_text
+  assert os.path.isfile(os.path.join(workdir, "figures", "depth_scaling.png"))
+  assert os.path.isfile(os.path.join(workdir, "figures", "decomposition.png"))
+
+
+def test_report_needs_no_training_artefacts(experiment_run, tmp_path):
+  """A directory holding only results.json yields the same report."""
+  for name in ("results.json",):
+    shutil.copy(os.path.join(experiment_run["workdir"], name), tmp_path / name)
+  report.write_report(str(tmp_path))
+  with open(os.path.join(experiment_run["workdir"], "report.md")) as f:
+    want = f.read()
+  assert (tmp_path / "report.md").read_text() == want
+  assert (tmp_path / "figures" / "depth_scaling.png").is_file()
+
+
+def _synthetic_runs(depths, seeds=(0, 1)):
+  """Run records shaped like experiment.train_grid's, with made-up numbers."""
+  runs = []
+  for model, floor in (("softmax", 0.5), ("linear", 2.0)):
+    for depth in depths:
+      for seed in seeds:
+        R = floor + 1.0 / depth + 0.01 * seed
+        C = R - 0.1 if depth > 1 else float("nan")
+        A = C + 0.1 * depth if depth > 1 else R
+        runs.append(dict(
+            model=model, task="topk", k=2, a=0.0, b=0.0, depth=depth, seed=seed, eval_loss=R,
+            A=A, C=C, disagreement=A - C, identity_residual=0.0, diverged=False,
+            diverged_at_step=-1, converged=True, steps=100, final_lr_scale=1.0,
+            uniform_attention_loss=5.0, on_plateau=False, target_second_moment=6.0))
+  return runs
+
+
+@pytest.mark.parametrize("depths", [(1, 2, 4, 8), (1,)], ids=["four-depths", "one-depth"])
+def test_report_from_synthetic_results(tmp_path, depths):
+  """write_report works for any valid config, including a single depth
+  (config.validate accepts depths=(1,))."""
+  config = smoke.get_config()
+  config.depths = depths
+  runs = _synthetic_runs(depths)
+  fits = [experiment.fit_grid([r for r in runs if r["model"] == m]) for m in ("softmax", "linear")]
+  results = dict(runs=runs, fits=fits, config=config.to_dict(), wall_time_s=1.0, backend="cpu",
+                 num_devices=1)
+  (tmp_path / "results.json").write_text(json.dumps(results))
+  report.write_report(str(tmp_path))
+  text = (tmp_path / "report.md").read_text()
+  for depth in depths:
+    assert sum(line.startswith(f"| {depth} | ") for line in text.splitlines()) == 2
+  if len(depths) > 1:
+    softmax_fit = fits[0]
+    assert softmax_fit["L0"] == pytest.approx(0.5, rel=0.05)
+    assert softmax_fit["alpha"] == pytest.approx(1.0, rel=0.05)
+
+
+@pytest.mark.slow
+def test_smoke_config_through_the_entrypoint(tmp_path):
+  """`make smoke`: the shipped smoke config, unmodified, via the absl entrypoint."""
+  workdir = str(tmp_path / "smoke")
+  command = [sys.executable, "-m", "experiments.run", "--config=experiments/configs/smoke.py",
+             f"--workdir={workdir}"]
+  proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f"Report: {workdir}/report.md" in proc.stdout
+  with open(os.path.join(workdir, "results.json")) as f:
+    results = json.load(f)
+  config = smoke.get_config()
+  assert len(results["runs"]) == 2 * len(config.depths) * config.num_seeds
+  assert {r["model"] for r in results["runs"]} == {"softmax", "linear"}
+  assert all(abs(r["identity_residual"]) <= 1e-9 * r["eval_loss"] for r in results["runs"])
+  with open(os.path.join(workdir, "report.md")) as f:
+    text = f.read()
+  assert "## softmax, top-2" in text and "## linear, top-2" in text
+  grids = glob.glob(os.path.join(workdir, "grids", "*.json"))
+  before = _mtimes(grids)
+  proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "already done" in proc.stderr
+  assert _mtimes(grids) == before
+
+
+def test_workdir_guard_refuses_a_different_config(tmp_path):
+  """A workdir holding another config's results is refused, naming the differing fields;
+  the same config passes (that is how a rerun resumes)."""
+  config = smoke.get_config()
+  (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+  experiment.check_workdir(config.to_dict(), str(tmp_path))
+  changed = smoke.get_config()
+  changed.P = 16
+  changed.learning_rate = 0.01
+  with pytest.raises(experiment.WorkdirConflict, match=r"fields P, learning_rate"):
+    experiment.check_workdir(changed.to_dict(), str(tmp_path))
