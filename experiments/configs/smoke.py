@@ -11,7 +11,7 @@ def get_config():
   config.N = 8
   config.batch_size = 32
   config.warmup_steps = 10
-  config.max_steps = 200
+  config.max_steps = 100
   config.eval_every = 20
   config.patience = 2
   config.max_lr_decays = 1
