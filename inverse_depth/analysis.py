@@ -32,6 +32,21 @@ def decompose(layer_preds, target) -> dict:
   return dict(R=R, A=A, C=C, disagreement=A - C, identity_residual=R - (C + (A - C) / depth))
 
 
+def seed_means(runs: list[dict], field: str) -> tuple[list[int], list[float], list[float]]:
+  """Per depth, the mean and standard error over non-diverged seeds of a run-record field.
+
+  Returns (depths ascending, means, standard errors); NaN where undefined.
+  """
+  depths = sorted({r["depth"] for r in runs})
+  means, errors = [], []
+  for depth in depths:
+    values = [r[field] for r in runs if r["depth"] == depth and not r["diverged"]]
+    means.append(float(np.mean(values)) if values else float("nan"))
+    errors.append(float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1
+                  else float("nan"))
+  return depths, means, errors
+
+
 def _standard_errors(result, num_points: int) -> np.ndarray:
   """sqrt(diag(s^2 (J^T J)^-1)) with s^2 = RSS / (n - p).
 

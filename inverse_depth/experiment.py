@@ -92,18 +92,6 @@ def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dic
   return runs
 
 
-def _mean_over_seeds(runs: list[dict], field: str) -> tuple[list[int], list[float], list[float]]:
-  """Depths, mean and standard error over the non-diverged seeds of `field`."""
-  depths = sorted({r["depth"] for r in runs})
-  means, errors = [], []
-  for depth in depths:
-    values = [r[field] for r in runs if r["depth"] == depth and not r["diverged"]]
-    means.append(float(np.mean(values)) if values else float("nan"))
-    errors.append(float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1
-                  else float("nan"))
-  return depths, means, errors
-
-
 def non_monotone_depths(depths, means, errors, rel_tol: float = 0.01) -> list[int]:
   """Depths whose mean loss rises above the previous depth's by more than noise.
 
@@ -121,8 +109,8 @@ def non_monotone_depths(depths, means, errors, rel_tol: float = 0.01) -> list[in
 def fit_grid(runs: list[dict]) -> dict:
   """The fit record of one grid (model, task, spectrum) from its run records."""
   first = runs[0]
-  depths, losses, loss_se = _mean_over_seeds(runs, "eval_loss")
-  _, shared, _ = _mean_over_seeds(runs, "C")
+  depths, losses, loss_se = analysis.seed_means(runs, "eval_loss")
+  _, shared, _ = analysis.seed_means(runs, "C")
   keep = [i for i, loss in enumerate(losses) if np.isfinite(loss)]
   fit = dict(model=first["model"], task=first["task"], k=first["k"], a=first["a"],
              b=first["b"], loss_se=loss_se, shared_error=shared,

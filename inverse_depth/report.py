@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from inverse_depth import analysis  # noqa: E402
+
 
 def _grid_label(fit: dict) -> str:
   task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
@@ -25,10 +27,8 @@ def _runs_of(results: dict, fit: dict) -> list[dict]:
 
 
 def _by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
-  depths = np.array(sorted({r["depth"] for r in runs}))
-  values = np.array([np.mean([r[field] for r in runs if r["depth"] == L and not r["diverged"]])
-                     for L in depths])
-  return depths, values
+  depths, means, _ = analysis.seed_means(runs, field)
+  return np.array(depths), np.array(means)
 
 
 def _fit_curve(fit: dict, depths: np.ndarray) -> np.ndarray:
