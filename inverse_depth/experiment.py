@@ -57,8 +57,9 @@ def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dic
                         config_lib.train_settings(config), N=config.N,
                         init_scales=config_lib.init_scales(config), init_key=keys["init"],
                         data_key=keys["data"])
-  val_set = jax.jit(problem.sample, static_argnums=1)(keys["val"], config.val_size)
-  eval_set = jax.jit(problem.sample, static_argnums=1)(keys["eval"], config.eval_size)
+  sample = jax.jit(problem.sample, static_argnums=1)
+  val_set = sample(keys["val"], config.val_size)
+  eval_set = sample(keys["eval"], config.eval_size)
   name = grid_name(model, a, b)
   state = trainer.init_state()
   for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):

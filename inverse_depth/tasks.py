@@ -66,16 +66,21 @@ def top_k_indices(x_context_PD: jax.Array, x_test_D: jax.Array, k: int) -> jax.A
   return jax.lax.top_k(cosine_P, k)[1]
 
 
+def _context_keys(key: jax.Array) -> jax.Array:
+  """Keys of one context: rotation, beta, inputs, query choice (in that order)."""
+  return jax.random.split(key, 4)
+
+
 def context_rotation(key: jax.Array, d: int) -> jax.Array:
   """The rotation O of the context drawn from `key` (the one `sample_context` uses)."""
-  return haar_orthogonal(jax.random.split(key, 4)[0], d)
+  return haar_orthogonal(_context_keys(key)[0], d)
 
 
 def sample_context(key: jax.Array, *, d: int, P: int, a, b, task: str, k: int) -> Batch:
   """One context (no leading batch axis) of the `top1` or `topk` task."""
   if task not in TASKS:
     raise ValueError(f"task={task!r}; allowed: {TASKS}")
-  key_rot, key_beta, key_x, key_test = jax.random.split(key, 4)
+  key_rot, key_beta, key_x, key_test = _context_keys(key)
   sqrt_lambda_D = jnp.sqrt(power_spectrum(d, a))
   sqrt_omega_D = jnp.sqrt(power_spectrum(d, b))
   eigenbasis_QD = jnp.concatenate([  # x_1..x_P, a fresh query, beta; before the rotation
