@@ -1,23 +1,47 @@
 """Runs an experiment: python -m experiments.run --config=experiments/configs/NAME.py --workdir=DIR.
 
-The workdir receives config.json, metrics.jsonl, results.json, figures/ and
-report.md. Rerunning the same command resumes: finished grids are not retrained.
+The workdir receives config.json, metrics.jsonl, checkpoints/, grids/,
+results.json, figures/ and report.md. Rerunning the same command resumes from
+the newest checkpoint (finished grids are not retrained); SIGTERM or Ctrl-C
+saves a checkpoint and stops. A workdir holding another config is refused
+unless --start_over is given (the old one is moved aside, not deleted).
 """
+
+import logging as std_logging
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from inverse_depth import experiment
+from inverse_depth import config as config_lib, experiment
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/quick.py",
-                                          "Experiment config file.")
+                                          "Experiment config file (optionally FILE:SCALE).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.", required=True)
+_START_OVER = flags.DEFINE_bool(
+    "start_over", False, "Move an existing --workdir aside (to DIR.replaced-<time>) and start "
+    "from scratch instead of resuming.")
+
+
+class _OrbaxWarningsOnly(std_logging.Filter):
+  """Orbax logs every file it renames at INFO; keep only its warnings and errors."""
+
+  def filter(self, record):
+    return record.levelno >= std_logging.WARNING or "orbax" not in record.pathname
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
-  experiment.run(_CONFIG.value, _WORKDIR.value)
+  logging.get_absl_handler().addFilter(_OrbaxWarningsOnly())
+  try:
+    experiment.run(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
+  except (config_lib.ConfigError, experiment.WorkdirConflict) as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+  except experiment.Interrupted as stopped:
+    print(str(stopped), file=sys.stderr)
+    sys.exit(stopped.exit_code)
   print(f"Report: {_WORKDIR.value}/report.md")
 
 

@@ -1,10 +1,15 @@
 """Checking an experiment config and turning it into trainer settings.
 
 `validate` runs before anything is compiled or written; each error names the
-field, its value and what is allowed.
+field, its value and what is allowed. The set of fields is fixed (`FIELDS`):
+an unknown or missing field is an error too.
 """
 
+import hashlib
+import json
+import math
 import numbers
+from typing import Callable
 
 import ml_collections
 
@@ -35,62 +40,101 @@ def model_names(config) -> tuple[str, ...]:
   return tuple(name.strip() for name in str(config.model).split(",") if name.strip())
 
 
+def _int_at_least(low: int) -> tuple[Callable, str]:
+  return (lambda v: _is_int(v) and v >= low), f"an integer >= {low}"
+
+
+def _models_ok(value) -> bool:
+  names = tuple(name.strip() for name in str(value).split(",") if name.strip())
+  return bool(names) and all(n in MODELS for n in names) and len(set(names)) == len(names)
+
+
+def _depths_ok(value) -> bool:
+  return (isinstance(value, (list, tuple)) and len(value) > 0
+          and all(_is_int(L) and L >= 1 for L in value) and len(set(value)) == len(value))
+
+
+def _spectra_ok(value) -> bool:
+  pairs = isinstance(value, (list, tuple)) and len(value) > 0 and all(
+      isinstance(pair, (list, tuple)) and len(pair) == 2
+      and all(_is_real(v) and 0 <= v < math.inf for v in pair) for pair in value)
+  return pairs and len({(float(a), float(b)) for a, b in value}) == len(value)
+
+
+def _real_in(low: float, high: float, *, open_low: bool, open_high: bool) -> tuple[Callable, str]:
+  def ok(v):
+    return (_is_real(v) and (v > low if open_low else v >= low)
+            and (v < high if open_high else v <= high))
+  text = f"a number in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+  return ok, text
+
+
+_POSITIVE = _real_in(0.0, math.inf, open_low=True, open_high=True)
+
+# field -> (check, what is allowed). Cross-field rules are in `validate`.
+FIELDS: dict[str, tuple[Callable, str]] = {
+    "model": (_models_ok, f"a comma-separated list of distinct names from {MODELS}"),
+    "task": (lambda v: v in tasks.TASKS, f"one of {tasks.TASKS}"),
+    "k": _int_at_least(1),
+    "spectra": (_spectra_ok, "a non-empty list of distinct (a, b) pairs of finite exponents "
+                "a, b >= 0"),
+    "depths": (_depths_ok, "a non-empty list of distinct integers >= 1"),
+    "num_seeds": _int_at_least(1),
+    "d": _int_at_least(1),
+    "P": _int_at_least(1),
+    "N": _int_at_least(1),
+    "batch_size": _int_at_least(1),
+    "learning_rate": _POSITIVE,
+    "warmup_steps": _int_at_least(0),
+    "max_steps": _int_at_least(1),
+    "eval_every": _int_at_least(1),
+    "rel_tol": _real_in(0.0, 1.0, open_low=False, open_high=True),
+    "patience": _int_at_least(1),
+    "lr_decay_factor": _real_in(0.0, 1.0, open_low=True, open_high=True),
+    "max_lr_decays": _int_at_least(0),
+    "divergence_loss": _POSITIVE,
+    "val_size": _int_at_least(1),
+    "eval_size": _int_at_least(1),
+    "eval_chunk_size": _int_at_least(1),
+    "qk_init_scale": _POSITIVE,
+    "positive_gain": (lambda v: isinstance(v, bool), "True or False"),
+    "seed": (_is_int, "an integer"),
+    "checkpoint_every": _int_at_least(1),
+    "checkpoints_to_keep": _int_at_least(1),
+}
+
+# Fields that change how a run is executed but not what it computes: a rerun may change
+# them without starting over, and they are left out of the config hash.
+RUNTIME_FIELDS = ("eval_chunk_size", "checkpoint_every", "checkpoints_to_keep")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ConfigError naming the first invalid field."""
-  names = model_names(config)
-  if not names or any(name not in MODELS for name in names) or len(set(names)) != len(names):
-    _fail("model", config.model, f"a comma-separated list of distinct names from {MODELS}")
-  if config.task not in tasks.TASKS:
-    _fail("task", config.task, f"one of {tasks.TASKS}")
-
-  def positive_int(field):
-    if not _is_int(config[field]) or config[field] < 1:
-      _fail(field, config[field], "an integer >= 1")
-
-  def in_range(field, low, high, text):
-    value = config[field]
-    if not _is_real(value) or not low(value) or not high(value):
-      _fail(field, value, text)
-
-  for field in ("d", "P", "N", "num_seeds", "batch_size", "max_steps", "eval_every", "patience",
-                "val_size", "eval_size", "eval_chunk_size", "k"):
-    positive_int(field)
+  """Raises ConfigError naming the first invalid, unknown or missing field."""
+  unknown = sorted(set(config.keys()) - set(FIELDS))
+  if unknown:
+    raise ConfigError(f"config.{unknown[0]} is not a known field; known fields: "
+                      f"{', '.join(FIELDS)}")
+  missing = [field for field in FIELDS if field not in config]
+  if missing:
+    raise ConfigError(f"config.{missing[0]} is missing (every field in {', '.join(FIELDS)} "
+                      "must be set)")
+  for field, (ok, allowed) in FIELDS.items():
+    if not ok(config[field]):
+      _fail(field, config[field], allowed)
   if config.N < config.d:
     _fail("N", config.N, f"an integer >= d = {config.d}")
   if config.task == "topk" and config.k > config.P:
-    _fail("k", config.k, f"an integer in [1, P = {config.P}]")
-  if not _is_int(config.warmup_steps) or config.warmup_steps < 0:
-    _fail("warmup_steps", config.warmup_steps, "an integer >= 0")
-  if not _is_int(config.max_lr_decays) or config.max_lr_decays < 0:
-    _fail("max_lr_decays", config.max_lr_decays, "an integer >= 0")
-  if not _is_int(config.seed):
-    _fail("seed", config.seed, "an integer")
-  if config.max_steps % config.eval_every:
-    _fail("max_steps", config.max_steps, f"a multiple of eval_every = {config.eval_every}")
-  in_range("learning_rate", lambda v: v > 0, lambda v: v < float("inf"), "a number > 0")
-  in_range("divergence_loss", lambda v: v > 0, lambda v: True, "a number > 0")
-  in_range("qk_init_scale", lambda v: v > 0, lambda v: v < float("inf"), "a number > 0")
-  in_range("rel_tol", lambda v: v >= 0, lambda v: v < 1, "a number in [0, 1)")
-  in_range("lr_decay_factor", lambda v: v > 0, lambda v: v < 1, "a number in (0, 1)")
-  if not isinstance(config.positive_gain, bool):
-    _fail("positive_gain", config.positive_gain, "True or False")
+    _fail("k", config.k, f"an integer in [1, P = {config.P}] for the topk task")
+  for field in ("max_steps", "checkpoint_every"):
+    if config[field] % config.eval_every:
+      _fail(field, config[field], f"a multiple of eval_every = {config.eval_every}")
 
-  depths = tuple(config.depths) if isinstance(config.depths, (list, tuple)) else None
-  if (not depths or any(not _is_int(L) or L < 1 for L in depths)
-      or len(set(depths)) != len(depths)):
-    _fail("depths", config.depths, "a non-empty list of distinct integers >= 1")
 
-  spectra = config.spectra
-  pairs_ok = isinstance(spectra, (list, tuple)) and len(spectra) > 0 and all(
-      isinstance(pair, (list, tuple)) and len(pair) == 2 and all(_is_real(v) for v in pair)
-      for pair in spectra)
-  if not pairs_ok:
-    _fail("spectra", spectra, "a non-empty list of (a, b) pairs of numbers")
-  for a, b in spectra:
-    if a < 0 or b < 0:
-      _fail("spectra", spectra, "exponents a, b >= 0 in every (a, b) pair")
-  if len({(float(a), float(b)) for a, b in spectra}) != len(spectra):
-    _fail("spectra", spectra, "distinct (a, b) pairs")
+def config_hash(config_dict: dict) -> str:
+  """SHA-256 (first 16 hex digits) of the fields that determine the results."""
+  fields = {k: v for k, v in config_dict.items() if k not in RUNTIME_FIELDS}
+  canonical = json.dumps(fields, sort_keys=True, default=list)
+  return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def problem(config, a: float, b: float) -> Problem:

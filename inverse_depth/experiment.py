@@ -1,12 +1,23 @@
 """One experiment: a grid per (model kind, spectrum), trained, evaluated, fitted, reported.
 
 Data flows one way: config -> tasks -> grid -> train -> evaluate -> results.json
--> analysis -> report. Each finished grid is saved under `grids/` in the
-workdir, so a rerun of an interrupted experiment skips the grids already done.
+-> analysis -> report.
+
+Resume order (rerunning the same command on the same workdir): a grid whose
+`grids/<name>.json` exists is loaded, not retrained; otherwise its newest
+readable checkpoint under `checkpoints/<name>/` is restored and training
+continues from that step (the batches come from the step number, so the
+continuation replays what an uninterrupted run would have done); otherwise it
+starts from initialisation. metrics.jsonl lines beyond the restored step are
+dropped so the curves never hold a step twice. SIGTERM/SIGINT stop training at
+the end of the current chunk after a checkpoint (`Interrupted`).
 """
 
+import datetime
 import json
 import os
+import signal
+import threading
 import time
 
 import jax
@@ -15,9 +26,11 @@ import numpy as np
 from absl import logging
 
 from inverse_depth import analysis, config as config_lib, report
+from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.train import GridTrainer
 
 RESULTS_FILE = "results.json"
+METRICS_FILE = "metrics.jsonl"
 
 
 def write_json_atomic(path: str, payload) -> None:
@@ -26,6 +39,47 @@ def write_json_atomic(path: str, payload) -> None:
   with open(tmp, "w") as f:
     json.dump(payload, f, indent=1)
   os.replace(tmp, path)
+
+
+class Interrupted(RuntimeError):
+  """Training stopped on SIGTERM/SIGINT after a checkpoint; rerun the command to resume."""
+
+  def __init__(self, signum: int, message: str):
+    super().__init__(message)
+    self.exit_code = 128 + signum  # the shell's convention for death by that signal
+
+
+class StopSignals:
+  """While active, SIGTERM and SIGINT ask training to checkpoint and stop at the end of
+  the current chunk (`received` holds the signal). A second SIGINT stops at once."""
+
+  def __init__(self):
+    self.received = None
+    self._previous = {}
+
+  def __enter__(self) -> "StopSignals":
+    if threading.current_thread() is threading.main_thread():
+      for signum in (signal.SIGTERM, signal.SIGINT):
+        self._previous[signum] = signal.signal(signum, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.received is not None and signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    self.received = signum
+    logging.warning("Received %s: saving a checkpoint at the end of the current chunk, then "
+                    "stopping (press Ctrl-C again to stop at once).", signal.Signals(signum).name)
+
+  def check(self, where: str) -> None:
+    """Raises Interrupted if a stop was requested."""
+    if self.received is not None:
+      raise Interrupted(self.received, f"Stopped by {signal.Signals(self.received).name} "
+                        f"{where}. Rerun the same command to resume.")
+
+  def __exit__(self, *exc_info):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
 
 
 def _root_keys(seed: int) -> dict[str, jax.Array]:
@@ -48,8 +102,26 @@ def uniform_attention_loss(batch) -> float:
   return float(np.mean(target ** 2) - np.mean(target * mean_label) ** 2 / np.mean(mean_label ** 2))
 
 
-def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dict]:
-  """Trains one grid and returns one run record per (depth, seed) model."""
+def _drop_metrics_after(path: str, model: str, a: float, b: float, step: int) -> None:
+  """Removes metrics lines of grid (model, a, b) beyond `step` (left by an interrupted run)."""
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    lines = f.readlines()
+  def is_stale(line):
+    record = json.loads(line)
+    return (record["model"], record["a"], record["b"]) == (model, a, b) and record["step"] > step
+  kept = [line for line in lines if line.strip() and not is_stale(line)]
+  if len(kept) != len(lines):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+      f.writelines(kept)
+    os.replace(tmp, path)
+
+
+def train_grid(config, model: str, a: float, b: float, workdir: str,
+               stop: StopSignals) -> dict:
+  """Trains (or resumes) one grid; returns {"runs": one record per model, "wall_time_s"}."""
   keys = _root_keys(config.seed)
   problem = config_lib.problem(config, a, b)
   seeds = tuple(range(config.num_seeds))
@@ -61,16 +133,37 @@ def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dic
   val_set = sample(keys["val"], config.val_size)
   eval_set = sample(keys["eval"], config.eval_size)
   name = grid_name(model, a, b)
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name),
+                                max_to_keep=config.checkpoints_to_keep,
+                                config_hash=config_lib.config_hash(config.to_dict()))
   state = trainer.init_state()
-  for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):
-    metrics_file.write(json.dumps(dict(model=model, a=a, b=b, **progress)) + "\n")
-    metrics_file.flush()
-    mean_val = np.mean(progress["val_loss"], axis=0)
-    logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R by depth: %s  "
-                 "converged %d/%d", name, progress["step"], config.max_steps,
-                 progress["elapsed_s"], progress["eta_max_s"],
-                 " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, mean_val)),
-                 int(np.sum(progress["converged"])), mean_val.size * len(seeds))
+  previous_time_s = 0.0
+  restored = checkpoints.restore_latest(state)
+  if restored is not None:
+    state, meta = restored
+    previous_time_s = meta["train_time_s"]
+    logging.info("[%s] resuming from the checkpoint at step %d", name, int(state.step))
+  metrics_path = os.path.join(workdir, METRICS_FILE)
+  _drop_metrics_after(metrics_path, model, a, b, int(state.step))
+  train_time_s = previous_time_s
+  with open(metrics_path, "a") as metrics_file:
+    for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):
+      train_time_s = previous_time_s + progress["elapsed_s"]
+      metrics_file.write(json.dumps(dict(model=model, a=a, b=b, train_time_s=train_time_s,
+                                         **progress)) + "\n")
+      metrics_file.flush()
+      mean_val = np.mean(progress["val_loss"], axis=0)
+      logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R by depth: %s  "
+                   "converged %d/%d", name, progress["step"], config.max_steps,
+                   progress["elapsed_s"], progress["eta_max_s"],
+                   " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, mean_val)),
+                   int(np.sum(progress["converged"])), mean_val.size * len(seeds))
+      if progress["step"] % config.checkpoint_every == 0 or stop.received is not None:
+        checkpoints.save(state, train_time_s=train_time_s)
+      stop.check(f"in grid {name} at step {progress['step']} (checkpoint saved)")
+  checkpoints.save(state, train_time_s=train_time_s)  # the trained models, kept for analysis
+  checkpoints.close()
+  eval_start = time.time()
 
   layer_preds_STE = trainer.predict(state.params, eval_set, config.eval_chunk_size)
   target_E = np.asarray(eval_set.target_B)
@@ -90,7 +183,8 @@ def train_grid(config, model: str, a: float, b: float, metrics_file) -> list[dic
           uniform_attention_loss=plateau_loss,
           on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
           target_second_moment=float(np.mean(target_E ** 2))))
-  return runs
+  return dict(runs=runs, train_time_s=train_time_s,
+              wall_time_s=train_time_s + time.time() - eval_start)
 
 
 def non_monotone_depths(depths, means, errors, rel_tol: float = 0.01) -> list[int]:
@@ -135,45 +229,75 @@ class WorkdirConflict(RuntimeError):
 
 
 def check_workdir(config_dict: dict, workdir: str) -> None:
-  """Refuses a workdir whose saved config differs from `config_dict` (naming the fields)."""
+  """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
+  or a non-empty directory that is not an experiment workdir. Fields in
+  config.RUNTIME_FIELDS may differ."""
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
+    if os.path.isdir(workdir) and os.listdir(workdir):
+      raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
+                            "experiment workdir. Choose a new --workdir.")
     return
   with open(path) as f:
     saved = json.load(f)
   current = json.loads(json.dumps(config_dict))  # tuples -> lists, as saved
-  differing = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+  differing = sorted(k for k in set(saved) | set(current)
+                     if saved.get(k) != current.get(k) and k not in config_lib.RUNTIME_FIELDS)
   if differing:
     raise WorkdirConflict(
         f"{workdir} holds results of a different config (fields {', '.join(differing)}: "
         + "; ".join(f"{k} saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in differing)
-        + "). Choose a new --workdir or delete this one.")
+        + "). Choose a new --workdir, or pass --start_over to move the old one aside and "
+        "start again.")
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Runs (or resumes) the experiment in `workdir` and writes results and report."""
+def move_aside(workdir: str) -> str | None:
+  """Renames an existing workdir to <workdir>.replaced-<time> (nothing is deleted)."""
+  if not os.path.exists(workdir):
+    return None
+  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+  destination = f"{os.path.normpath(workdir)}.replaced-{stamp}"
+  os.rename(workdir, destination)
+  logging.warning("Starting over: moved the previous %s to %s", workdir, destination)
+  return destination
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = False) -> dict:
+  """Runs (or resumes) the experiment in `workdir` and writes results and report.
+
+  With `start_over`, an existing workdir is first moved aside (`move_aside`).
+  Raises config.ConfigError or WorkdirConflict before anything is written, and
+  Interrupted when SIGTERM/SIGINT stopped training (after a checkpoint).
+  """
   config_lib.validate(config)
-  check_workdir(config.to_dict(), workdir)
+  config_dict = config.to_dict()
+  if start_over:
+    move_aside(workdir)
+  check_workdir(config_dict, workdir)
   os.makedirs(os.path.join(workdir, "grids"), exist_ok=True)
-  write_json_atomic(os.path.join(workdir, "config.json"), config.to_dict())
-  all_runs, fits, grid_times = [], [], []
-  with open(os.path.join(workdir, "metrics.jsonl"), "a") as metrics_file:
+  write_json_atomic(os.path.join(workdir, "config.json"), config_dict)
+  all_runs, fits, grid_times, trained = [], [], [], []
+  with StopSignals() as stop:
     for model in config_lib.model_names(config):
       for a, b in config.spectra:
-        grid_path = os.path.join(workdir, "grids", grid_name(model, a, b) + ".json")
+        name = grid_name(model, a, b)
+        grid_path = os.path.join(workdir, "grids", name + ".json")
         if os.path.exists(grid_path):
-          logging.info("Grid %s already done; loading %s", grid_name(model, a, b), grid_path)
+          logging.info("Grid %s already done; loading %s", name, grid_path)
           with open(grid_path) as f:
             grid = json.load(f)
         else:
-          start = time.time()
-          grid = dict(runs=train_grid(config, model, a, b, metrics_file))
-          grid["wall_time_s"] = time.time() - start
+          stop.check(f"before grid {name}")
+          grid = train_grid(config, model, a, b, workdir, stop)
           write_json_atomic(grid_path, grid)
+          trained.append(name)
         all_runs.extend(grid["runs"])
         fits.append(fit_grid(grid["runs"]))
         grid_times.append(grid["wall_time_s"])
-  results = dict(runs=all_runs, fits=fits, config=config.to_dict(),
+  if not trained:
+    logging.info("Every grid was already finished: results regenerated without training.")
+  results = dict(runs=all_runs, fits=fits, config=config_dict,
+                 config_hash=config_lib.config_hash(config_dict),
                  wall_time_s=float(sum(grid_times)),  # training + evaluation, all grids
                  backend=jax.default_backend(), num_devices=jax.device_count())
   write_json_atomic(os.path.join(workdir, RESULTS_FILE), results)

@@ -52,9 +52,15 @@ def plot_depth_scaling(results: dict, path: str) -> None:
               label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L")
   ax.legend(fontsize=7)
+  _save_atomic(fig, path)
+
+
+def _save_atomic(fig, path: str) -> None:
+  """Saves a PNG to a temporary file, then renames it over `path`."""
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  fig.savefig(path + ".tmp", dpi=120, format="png")
   plt.close(fig)
+  os.replace(path + ".tmp", path)
 
 
 def plot_decomposition(results: dict, path: str) -> None:
@@ -72,9 +78,7 @@ def plot_decomposition(results: dict, path: str) -> None:
     ax.set(xscale="log", yscale="log", xlabel="depth L", title=_grid_label(fit))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  _save_atomic(fig, path)
 
 
 def checks(results: dict) -> list[tuple[bool, str]]:
@@ -134,9 +138,10 @@ def checks(results: dict) -> list[tuple[bool, str]]:
 def _table(results: dict, fit: dict) -> list[str]:
   runs = _runs_of(results, fit)
   rows = ["| depth | R_L (mean +- se) | A_L | C_L | A_L - C_L | max abs identity residual "
-          "| steps | converged |", "|---|---|---|---|---|---|---|---|"]
+          "| steps | converged | diverged |", "|---|---|---|---|---|---|---|---|---|"]
   for i, depth in enumerate(sorted({r["depth"] for r in runs})):
-    at = [r for r in runs if r["depth"] == depth and not r["diverged"]]
+    everyone = [r for r in runs if r["depth"] == depth]
+    at = [r for r in everyone if not r["diverged"]]
     def mean(field):
       return np.mean([r[field] for r in at]) if at else float("nan")
     rows.append(
@@ -144,7 +149,8 @@ def _table(results: dict, fit: dict) -> list[str]:
         f"{mean('C'):.4g} | {mean('disagreement'):.4g} | "
         f"{max(abs(r['identity_residual']) for r in at) if at else float('nan'):.1e} | "
         f"{int(np.mean([r['steps'] for r in at])) if at else 0} | "
-        f"{sum(r['converged'] for r in at)}/{len([r for r in runs if r['depth'] == depth])} |")
+        f"{sum(r['converged'] for r in at)}/{len(everyone)} | "
+        f"{sum(r['diverged'] for r in everyone)}/{len(everyone)} |")
   return rows
 
 
@@ -178,7 +184,10 @@ def write_report(workdir: str) -> str:
   for fit in results["fits"]:
     lines += ["", f"## {_grid_label(fit)}", ""] + _table(results, fit)
     if fit["excluded_diverged"]:
-      lines += ["", f"Excluded from the fit (diverged): {fit['excluded_diverged']}"]
+      lines += ["", "**Excluded from the fit and the means (diverged: loss non-finite or above "
+                "divergence_loss; frozen at the last finite state):** "
+                + ", ".join(f"depth {e['depth']} seed {e['seed']} at step {e['step']}"
+                            for e in fit["excluded_diverged"]) + "."]
   lines += ["", "## Figures", "", "![depth scaling](figures/depth_scaling.png)", "",
             "![decomposition](figures/decomposition.png)", ""]
   path = os.path.join(workdir, "report.md")

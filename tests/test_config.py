@@ -24,9 +24,13 @@ def test_shipped_configs_validate(module):
 
 
 def _set(**fields):
+  """Sets fields, bypassing ConfigDict's own type check (a config file could build the
+  dict differently), so that validate() is what must catch the value."""
   def apply(config):
-    for name, value in fields.items():
-      config[name] = value
+    with config.unlocked():
+      for name, value in fields.items():
+        del config[name]
+        config[name] = value
   return apply
 
 
@@ -46,6 +50,19 @@ INVALID = [
     ("lr_decay_factor", _set(lr_decay_factor=1.5)),
     ("rel_tol", _set(rel_tol=1.0)),
     ("num_seeds", _set(num_seeds=0)),
+    ("d", _set(d=8.5)),
+    ("batch_size", _set(batch_size=True)),
+    ("positive_gain", _set(positive_gain=1)),
+    ("seed", _set(seed="zero")),
+    ("spectra", _set(spectra=((float("inf"), 0.0),))),
+    ("spectra", _set(spectra=(0.0, 0.0))),
+    ("depths", _set(depths=())),
+    ("qk_init_scale", _set(qk_init_scale=0.0)),
+    ("divergence_loss", _set(divergence_loss=float("nan"))),
+    ("warmup_steps", _set(warmup_steps=-1)),
+    ("checkpoint_every", _set(checkpoint_every=30)),  # eval_every = 20
+    ("checkpoints_to_keep", _set(checkpoints_to_keep=0)),
+    ("eval_size", _set(eval_size=0)),
 ]
 
 
@@ -59,6 +76,45 @@ def test_invalid_values_raise_config_error_naming_the_field(field, mutate):
   assert f"config.{field}=" in str(info.value)
 
 
+def test_error_message_names_value_and_what_is_allowed():
+  config = smoke.get_config()
+  config.task = "top3"
+  with pytest.raises(config_lib.ConfigError, match=r"config.task='top3' is invalid: allowed one "
+                     r"of \('top1', 'topk'\)"):
+    config_lib.validate(config)
+
+
+def test_unknown_and_missing_fields_are_refused_by_name():
+  config = smoke.get_config()
+  config.unlock()
+  config.lerning_rate = 1e-3
+  with pytest.raises(config_lib.ConfigError, match="config.lerning_rate is not a known field"):
+    config_lib.validate(config)
+  config = smoke.get_config()
+  config.unlock()
+  del config["patience"]
+  with pytest.raises(config_lib.ConfigError, match="config.patience is missing"):
+    config_lib.validate(config)
+
+
+def test_schema_covers_exactly_the_default_fields():
+  assert set(default.get_config().keys()) == set(config_lib.FIELDS)
+
+
+def test_scale_names(tmp_path):
+  assert default.get_config("smoke").to_dict() == smoke.get_config().to_dict()
+  assert default.get_config("quick").to_dict() == quick.get_config().to_dict()
+  with pytest.raises(config_lib.ConfigError, match="scale 'huge' does not exist: allowed "
+                     "default, smoke, quick"):
+    default.get_config("huge")
+
+
+def test_config_hash_ignores_runtime_fields_only():
+  base = smoke.get_config().to_dict()
+  assert config_lib.config_hash(base) == config_lib.config_hash(dict(base, eval_chunk_size=1))
+  assert config_lib.config_hash(base) != config_lib.config_hash(dict(base, seed=1))
+
+
 def test_config_error_is_a_value_error():
   assert issubclass(config_lib.ConfigError, ValueError)
 
@@ -70,10 +126,10 @@ def test_k_larger_than_P_is_allowed_for_top1():
   config_lib.validate(config)
 
 
-def _run_entrypoint(workdir, *overrides):
+def _run_entrypoint(workdir, *overrides, config="experiments/configs/smoke.py"):
   return subprocess.run(
-      [sys.executable, "-m", "experiments.run", "--config=experiments/configs/smoke.py",
-       f"--workdir={workdir}", *overrides],
+      [sys.executable, "-m", "experiments.run", f"--config={config}", f"--workdir={workdir}",
+       *overrides],
       cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
@@ -98,4 +154,20 @@ def test_entrypoint_rejects_invalid_override_before_writing(tmp_path):
   assert proc.returncode != 0
   assert "config.k=100" in proc.stderr
   assert not os.path.exists(os.path.join(workdir, "config.json"))
+  assert _written(workdir) == []
+
+
+def test_entrypoint_rejects_an_unknown_scale_before_writing(tmp_path):
+  workdir = str(tmp_path / "run")
+  proc = _run_entrypoint(workdir, config="experiments/configs/default.py:huge")
+  assert proc.returncode != 0
+  assert "scale 'huge' does not exist" in proc.stderr
+  assert _written(workdir) == []
+
+
+def test_entrypoint_rejects_a_badly_typed_override_naming_the_field(tmp_path):
+  workdir = str(tmp_path / "run")
+  proc = _run_entrypoint(workdir, "--config.d=eight")
+  assert proc.returncode != 0
+  assert "config.d" in proc.stderr and "eight" in proc.stderr
   assert _written(workdir) == []

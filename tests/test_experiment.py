@@ -12,6 +12,7 @@ import pytest
 
 from experiments.configs import smoke
 from inverse_depth import experiment, report
+from tests import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_KEYS = {"model", "task", "k", "a", "b", "depth", "seed", "eval_loss", "A", "C", "diverged",
@@ -19,27 +20,7 @@ RUN_KEYS = {"model", "task", "k", "a", "b", "depth", "seed", "eval_loss", "A", "
 FIT_KEYS = {"L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2", "depths", "losses"}
 
 
-MODELS = ("softmax",)
-
-
-def _tiny_config():
-  """The smoke config, shrunk to fit the fast suite: the softmax grid only, one 20-step
-  chunk (one compile of the step).
-
-  Both model kinds, multi-chunk training and the convergence rule are covered by
-  test_train.py and by the slow entrypoint test at the end (the unmodified smoke
-  config).
-  """
-  config = smoke.get_config()
-  config.model = ",".join(MODELS)
-  config.max_steps = 20
-  config.eval_every = 20
-  # One set size for validation and evaluation: their samplers and the evaluation
-  # share compilations.
-  config.val_size = 256
-  config.eval_size = 256
-  config.eval_chunk_size = 256
-  return config
+MODELS = tiny.MODELS
 
 
 def _mtimes(paths):
@@ -47,13 +28,8 @@ def _mtimes(paths):
 
 
 @pytest.fixture(scope="module")
-def experiment_run(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("experiment"))
-  config = _tiny_config()
-  results = experiment.run(config, workdir)
-  with open(os.path.join(workdir, "report.md")) as f:
-    first_report = f.read()
-  return dict(config=config, workdir=workdir, results=results, first_report=first_report)
+def experiment_run(tiny_run):
+  return tiny_run
 
 
 def test_workdir_contents(experiment_run):
@@ -67,9 +43,13 @@ def test_workdir_contents(experiment_run):
   for path in figures:
     with open(path, "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  names = sorted(experiment.grid_name(m, a, b) for m in MODELS for a, b in config.spectra)
   grids = sorted(os.path.basename(p) for p in glob.glob(os.path.join(workdir, "grids", "*.json")))
-  assert grids == sorted(experiment.grid_name(m, a, b) + ".json"
-                         for m in MODELS for a, b in config.spectra)
+  assert grids == [name + ".json" for name in names]
+  # The last checkpoints_to_keep checkpoints of each grid, the final one included.
+  for name in names:
+    steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints", name)))
+    assert steps == [20, 40, 60]
 
 
 def test_metrics_are_json_lines(experiment_run):
@@ -144,7 +124,11 @@ def test_report_has_depth_table(experiment_run):
   assert "figures/depth_scaling.png" in text and "figures/decomposition.png" in text
 
 
-def test_rerun_resumes_without_retraining_and_report_regenerates(experiment_run):
+def test_rerun_resumes_without_retraining_and_report_regenerates(experiment_run, monkeypatch):
+  def no_training(*args, **kwargs):
+    raise AssertionError("a finished run must not build a trainer")
+
+  monkeypatch.setattr(experiment, "GridTrainer", no_training)
   workdir = experiment_run["workdir"]
   grids = glob.glob(os.path.join(workdir, "grids", "*.json"))
   before = _mtimes(grids)

@@ -1,13 +1,26 @@
 """Default experiment: both controlled models on the top-2 task, isotropic spectrum.
 
 Other configs import this one and override fields. Every field can also be
-overridden on the command line: --config.FIELD=VALUE.
+overridden on the command line: --config.FIELD=VALUE. A scale tier can be
+named after the file: --config=experiments/configs/default.py:smoke is the
+same as --config=experiments/configs/smoke.py.
 """
+
+import importlib
 
 import ml_collections
 
+from inverse_depth.config import ConfigError
 
-def get_config() -> ml_collections.ConfigDict:
+# Scale tiers (SPEC section 5), each a config module next to this one.
+SCALES = ("default", "smoke", "quick")
+
+
+def get_config(scale: str = "default") -> ml_collections.ConfigDict:
+  if scale not in SCALES:
+    raise ConfigError(f"config scale {scale!r} does not exist: allowed {', '.join(SCALES)}")
+  if scale != "default":
+    return importlib.import_module(f"experiments.configs.{scale}").get_config()
   config = ml_collections.ConfigDict()
   # Model kinds to train, comma separated: softmax, linear. One grid per kind and spectrum.
   config.model = "softmax,linear"
@@ -60,4 +73,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.positive_gain = True
   # Root PRNG seed: initialisation, training batches, validation and evaluation sets.
   config.seed = 0
+  # Steps between checkpoints of a grid's training state (a multiple of eval_every); a
+  # checkpoint is also written on SIGTERM/SIGINT and when the grid stops training.
+  config.checkpoint_every = 1000
+  # Newest checkpoints kept per grid (older ones are deleted; >= 2 allows a fallback).
+  config.checkpoints_to_keep = 3
   return config

@@ -19,4 +19,5 @@ def get_config():
   config.patience = 3
   config.max_lr_decays = 2
   config.max_steps = 4000
+  config.checkpoint_every = 500
   return config

@@ -18,4 +18,5 @@ def get_config():
   config.val_size = 256
   config.eval_size = 512
   config.eval_chunk_size = 256
+  config.checkpoint_every = 20  # every chunk: a kill-and-resume test has steps to land on
   return config

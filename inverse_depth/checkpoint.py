@@ -1,0 +1,105 @@
+"""Orbax checkpoints of one grid's training state, with corruption fallback.
+
+Each checkpoint holds the whole `TrainState` (parameters, optimiser state,
+step and the convergence bookkeeping of every model) and a small JSON record:
+the config hash, the step, the training wall time so far and a SHA-256 of
+the state's bytes. Orbax finalises a checkpoint by an atomic rename, so a
+process killed while saving leaves no half-written step behind; the checksum
+catches what a rename cannot (a file truncated or overwritten later).
+
+Restore order: the newest step first. A step that fails to load, whose
+checksum does not match or whose config hash differs is reported, moved out
+of the way to `<directory>.corrupt/` (nothing is deleted) and the next older
+one is tried.
+"""
+
+import hashlib
+import os
+import shutil
+import time
+from typing import Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+
+from inverse_depth.train import TrainState
+
+
+def state_checksum(state: TrainState) -> str:
+  """SHA-256 over the shape, dtype and bytes of every leaf, in tree order."""
+  digest = hashlib.sha256()
+  for leaf in jax.tree.leaves(state):
+    array = np.asarray(leaf)
+    digest.update(f"{array.shape}{array.dtype}".encode())
+    digest.update(np.ascontiguousarray(array).tobytes())
+  return digest.hexdigest()
+
+
+class GridCheckpoints:
+  """The checkpoints of one grid in `directory`, keeping the newest `max_to_keep`."""
+
+  def __init__(self, directory: str, *, max_to_keep: int, config_hash: str):
+    self.directory = os.path.abspath(directory)
+    self.config_hash = config_hash
+    self._options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, create=True,
+        # Synchronous: the next train chunk donates the state's buffers.
+        enable_async_checkpointing=False)
+    self._manager = ocp.CheckpointManager(self.directory, options=self._options)
+
+  def steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def save(self, state: TrainState, *, train_time_s: float) -> None:
+    """Saves `state` under its step (a step already saved is left as it is)."""
+    step = int(state.step)
+    if step in self._manager.all_steps():
+      return
+    meta = dict(step=step, config_hash=self.config_hash, train_time_s=train_time_s,
+                checksum=state_checksum(state), saved_at=time.time())
+    self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                     meta=ocp.args.JsonSave(meta)), force=True)
+    self._manager.wait_until_finished()
+
+  def restore_latest(self, like: TrainState) -> Optional[tuple[TrainState, dict]]:
+    """The newest readable checkpoint as (state, meta), or None when there is none.
+
+    `like` gives the tree structure, shapes, dtypes and shardings to restore into.
+    """
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    for step in reversed(self.steps()):
+      try:
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+        problem = self._problem(restored.state, restored.meta, step)
+      except Exception as error:  # noqa: BLE001 -- any failure to read means unusable
+        problem = f"unreadable ({type(error).__name__}: {str(error)[:300]})"
+      if problem is None:
+        logging.info("Restored checkpoint %s/%d", self.directory, step)
+        return restored.state, restored.meta
+      self._quarantine(step, problem)
+    return None
+
+  def _problem(self, state: TrainState, meta: dict, step: int) -> Optional[str]:
+    if meta.get("config_hash") != self.config_hash:
+      return f"written by another config (hash {meta.get('config_hash')})"
+    if int(state.step) != step or meta.get("step") != step:
+      return f"holds step {int(state.step)} under step {step}"
+    if meta.get("checksum") != state_checksum(state):
+      return "checksum mismatch (the files changed after the save)"
+    return None
+
+  def _quarantine(self, step: int, problem: str) -> None:
+    """Moves a bad step to <directory>.corrupt/ and reopens the manager without it."""
+    destination = os.path.join(f"{self.directory}.corrupt", f"{step}-{int(time.time())}")
+    logging.warning("Checkpoint %s/%d is %s; moved to %s and falling back to the previous "
+                    "one.", self.directory, step, problem, destination)
+    os.makedirs(os.path.dirname(destination), exist_ok=True)
+    shutil.move(os.path.join(self.directory, str(step)), destination)
+    self._manager.close()
+    self._manager = ocp.CheckpointManager(self.directory, options=self._options)
+
+  def close(self) -> None:
+    self._manager.close()
