@@ -1,0 +1,81 @@
+"""The grid sharded over 8 devices trains the same models as on 1 device.
+
+XLA's device count is fixed when JAX starts, so the 8-device side runs in a
+subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=8; it trains
+the tiny grid on a mesh of all 8 devices and on a mesh of device 0 alone and
+prints both results, which this test compares. Depths (1, 2, 4) give T = 7
+layers per seed, so the 8-device grid also exercises the padding model.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPT = r"""
+import json, sys
+import jax, numpy as np
+from jax.sharding import Mesh
+from inverse_depth.grid import InitScales
+from inverse_depth.train import GridTrainer, LAYER_AXIS, Problem, TrainSettings
+
+problem = Problem(task="topk", k=2, a=0.0, b=0.0, d=4, P=8)
+settings = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_steps=20,
+                         eval_every=5, rel_tol=0.05, patience=1, lr_decay_factor=0.5,
+                         max_lr_decays=1, divergence_loss=1e6)
+val_set = jax.jit(lambda key: problem.sample(key, 64))(jax.random.key(12))
+out = dict(num_devices=jax.device_count())
+for model in ("softmax", "linear"):
+  for name, devices in (("all", jax.devices()), ("one", jax.devices()[:1])):
+    trainer = GridTrainer(model, problem, (1, 2, 4), (0, 1), settings, N=8,
+                          init_scales=InitScales(), init_key=jax.random.key(10),
+                          data_key=jax.random.key(11), mesh=Mesh(np.array(devices), (LAYER_AXIS,)))
+    state = trainer.init_state()
+    history = []
+    for state, progress in trainer.fit(state, val_set, 64):
+      history.append(progress["val_loss"])
+    W_q = state.params["layer"]["W_q"]
+    out[f"{model}/{name}"] = dict(
+        val_loss=history, total_layers=trainer.layout.total_layers,
+        W_q_devices=len(W_q.sharding.device_set),
+        W_q_shard_shape=list(W_q.sharding.shard_shape(W_q.shape)),
+        W_q_real=np.asarray(W_q)[:, :7].tolist(),
+        W_o=np.asarray(state.params["model"]["W_o"])[:, :3].tolist(),
+        steps=np.asarray(state.steps_trained_SM)[:, :3].tolist())
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def on_eight_devices():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")][-1]
+  return json.loads(line[len("RESULT"):])
+
+
+def test_layers_are_spread_over_all_devices_with_a_padding_model(on_eight_devices):
+  assert on_eight_devices["num_devices"] == 8
+  for model in ("softmax", "linear"):
+    sharded, single = on_eight_devices[f"{model}/all"], on_eight_devices[f"{model}/one"]
+    assert sharded["W_q_devices"] == 8 and single["W_q_devices"] == 1
+    assert sharded["total_layers"] == 8 and single["total_layers"] == 7  # 1 + 2 + 4 (+ 1 pad)
+    assert sharded["W_q_shard_shape"][1] == 1  # one layer per device
+
+
+@pytest.mark.parametrize("model", ["softmax", "linear"])
+def test_eight_devices_train_the_same_models_as_one(on_eight_devices, model):
+  sharded, single = on_eight_devices[f"{model}/all"], on_eight_devices[f"{model}/one"]
+  assert sharded["steps"] == single["steps"]
+  np.testing.assert_allclose(np.array(sharded["val_loss"])[:, :, :3],
+                             np.array(single["val_loss"])[:, :, :3], rtol=1e-4)
+  np.testing.assert_allclose(sharded["W_q_real"], single["W_q_real"], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(sharded["W_o"], single["W_o"], rtol=1e-4, atol=1e-5)
