@@ -126,13 +126,6 @@ def test_k_larger_than_P_is_allowed_for_top1():
   config_lib.validate(config)
 
 
-def _run_entrypoint(workdir, *overrides, config="experiments/configs/smoke.py"):
-  return subprocess.run(
-      [sys.executable, "-m", "experiments.run", f"--config={config}", f"--workdir={workdir}",
-       *overrides],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
-
-
 def _written(workdir):
   if not os.path.exists(workdir):
     return []
@@ -140,34 +133,24 @@ def _written(workdir):
                 for root, _, names in os.walk(workdir) for name in names)
 
 
-def test_entrypoint_rejects_unknown_override(tmp_path):
+BAD_COMMAND_LINES = [
+    ("unknown-override", "smoke.py", ["--config.not_a_field=1"], ["not_a_field"]),
+    ("invalid-value", "smoke.py", ["--config.k=100"], ["config.k=100", "allowed"]),
+    ("badly-typed", "smoke.py", ["--config.d=eight"], ["config.d", "eight"]),
+    ("unknown-scale", "default.py:huge", [], ["scale 'huge' does not exist", "smoke"]),
+]
+
+
+@pytest.mark.parametrize("config_file,overrides,messages",
+                         [case[1:] for case in BAD_COMMAND_LINES],
+                         ids=[case[0] for case in BAD_COMMAND_LINES])
+def test_entrypoint_refuses_bad_input_before_writing(tmp_path, config_file, overrides, messages):
   workdir = str(tmp_path / "run")
-  proc = _run_entrypoint(workdir, "--config.not_a_field=1")
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.run", f"--config=experiments/configs/{config_file}",
+       f"--workdir={workdir}", *overrides],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0
-  assert "not_a_field" in proc.stderr
-  assert _written(workdir) == []
-
-
-def test_entrypoint_rejects_invalid_override_before_writing(tmp_path):
-  workdir = str(tmp_path / "run")
-  proc = _run_entrypoint(workdir, "--config.k=100")
-  assert proc.returncode != 0
-  assert "config.k=100" in proc.stderr
-  assert not os.path.exists(os.path.join(workdir, "config.json"))
-  assert _written(workdir) == []
-
-
-def test_entrypoint_rejects_an_unknown_scale_before_writing(tmp_path):
-  workdir = str(tmp_path / "run")
-  proc = _run_entrypoint(workdir, config="experiments/configs/default.py:huge")
-  assert proc.returncode != 0
-  assert "scale 'huge' does not exist" in proc.stderr
-  assert _written(workdir) == []
-
-
-def test_entrypoint_rejects_a_badly_typed_override_naming_the_field(tmp_path):
-  workdir = str(tmp_path / "run")
-  proc = _run_entrypoint(workdir, "--config.d=eight")
-  assert proc.returncode != 0
-  assert "config.d" in proc.stderr and "eight" in proc.stderr
+  for message in messages:
+    assert message in proc.stderr, proc.stderr[-2000:]
   assert _written(workdir) == []
