@@ -50,9 +50,11 @@ class GridLayout:
     return np.repeat(np.arange(self.num_models), self.depths)
 
   def model_mean(self, layer_values_T: jax.Array) -> jax.Array:
-    """Per-model mean over its own layers: (T, ...) -> (M, ...)."""
-    return jnp.stack([layer_values_T[self.layer_slice(m)].mean(axis=0)
-                      for m in range(self.num_models)])
+    """Per-model mean over its own layers: (T, ...) -> (M, ...), one segment sum."""
+    sums_M = jax.ops.segment_sum(layer_values_T, self.layer_model_index,
+                                 num_segments=self.num_models, indices_are_sorted=True)
+    depths_M = np.asarray(self.depths, np.float32).reshape((-1,) + (1,) * (sums_M.ndim - 1))
+    return sums_M / depths_M.astype(sums_M.dtype)
 
   def expand_to_layers(self, model_values_M: jax.Array) -> jax.Array:
     """Broadcast a per-model value to each of that model's layers: (M, ...) -> (T, ...)."""

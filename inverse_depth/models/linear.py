@@ -41,13 +41,19 @@ def krylov_gains(model, depth: int) -> jax.Array:
   return jax.lax.scan(power, model["W_y"], length=depth)[1]
 
 
-def _model_layer_predictions(model, layers, batch: Batch, depth: int) -> jax.Array:
+def context_moments(batch: Batch) -> tuple[jax.Array, jax.Array]:
+  """S = U U^T and U y per context ([B, d, d], [B, d]): shared by every model of a seed."""
+  second_moment_BDD = jnp.einsum("bpd,bpe->bde", batch.x_context_BPD, batch.x_context_BPD)
+  label_moment_BD = jnp.einsum("bp,bpd->bd", batch.y_context_BP, batch.x_context_BPD)
+  return second_moment_BDD, label_moment_BD
+
+
+def _model_layer_predictions(model, layers, batch: Batch, moments, depth: int) -> jax.Array:
   """f_l for one model whose `depth` layers are stacked in `layers`: [depth, B]."""
+  second_moment_BDD, label_moment_BD = moments
   num_context = batch.x_context_BPD.shape[1]
   hidden = model["W_x"].shape[0]
   step = 1.0 / (depth * num_context * hidden)
-  second_moment_BDD = jnp.einsum("bpd,bpe->bde", batch.x_context_BPD, batch.x_context_BPD)
-  label_moment_BD = jnp.einsum("bp,bpd->bd", batch.y_context_BP, batch.x_context_BPD)  # U y
   coeffs_JBD = jnp.zeros((depth,) + label_moment_BD.shape).at[0].set(label_moment_BD)
   gains_J = krylov_gains(model, depth)
 
@@ -64,8 +70,9 @@ def _model_layer_predictions(model, layers, batch: Batch, depth: int) -> jax.Arr
 
 def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """f_l for every packed layer of every model of one seed: [T, B]."""
+  moments = context_moments(batch)
   return jnp.concatenate([
       _model_layer_predictions(jax.tree.map(lambda x: x[m], params["model"]),
                                jax.tree.map(lambda x: x[layout.layer_slice(m)], params["layer"]),
-                               batch, depth)
+                               batch, moments, depth)
       for m, depth in enumerate(layout.depths)])

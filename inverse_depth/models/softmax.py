@@ -13,9 +13,12 @@ where p_l = softmax_i(s_l,i) is the query row of layer l.
 Everything that depends only on the context is computed once per model. The
 layer norm is linear up to a per-token scale: hhat = Wc x / sigma(x) with
 Wc = W_x minus its mean over the hidden axis and sigma(x)^2 = |Wc x|^2/N + eps.
-So s_l,i = xs_test^T B_l xs_i with xs = x / sigma(x) and the d x d form
-B_l = (W_q^l Wc)^T (W_k^l Wc), built once per layer per step: a layer then
-costs O(d^2 + P d) per context, independent of the width N.
+So s_l,i = r_test r_i x_test^T B_l x_i with r = 1/sigma(x) (one scalar per model
+and token) and the d x d form B_l = (W_q^l Wc)^T (W_k^l Wc), built once per
+layer per step: a layer then costs O(d^2 + P d) per context, independent of
+the width N. The scales r enter after the contractions, so every layer of
+every model runs in one batched contraction against the shared raw inputs
+(no per-model slices, no per-model copy of the context).
 """
 
 import jax
@@ -33,27 +36,27 @@ def layer_norm(h_BN: jax.Array) -> jax.Array:
   return centred * jax.lax.rsqrt((centred ** 2).mean(axis=-1, keepdims=True) + LAYER_NORM_EPS)
 
 
-def normalised_inputs(centred_W_x_ND: jax.Array, x_BD: jax.Array) -> jax.Array:
-  """xs = x / sigma(x), so that layer_norm(W_x x) = Wc xs (any leading axes on x)."""
+def inverse_scales(centred_W_x_ND: jax.Array, x_BD: jax.Array) -> jax.Array:
+  """r = 1/sigma(x), so that layer_norm(W_x x) = r Wc x (any leading axes on x)."""
   gram_DD = centred_W_x_ND.T @ centred_W_x_ND
   mean_square = jnp.einsum("...d,de,...e->...", x_BD, gram_DD, x_BD) / centred_W_x_ND.shape[0]
-  return x_BD * jax.lax.rsqrt(mean_square + LAYER_NORM_EPS)[..., None]
+  return jax.lax.rsqrt(mean_square + LAYER_NORM_EPS)
 
 
 def test_attention(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """Query rows p_l of every packed layer: [T, B, P], each row sums to 1."""
   model, layer = params["model"], params["layer"]
   centred_W_x_MND = model["W_x"] - model["W_x"].mean(axis=1, keepdims=True)
-  xs_context_MBPD = jax.vmap(normalised_inputs, (0, None))(centred_W_x_MND, batch.x_context_BPD)
-  xs_test_MBD = jax.vmap(normalised_inputs, (0, None))(centred_W_x_MND, batch.x_test_BD)
+  scale_context_MBP = jax.vmap(inverse_scales, (0, None))(centred_W_x_MND, batch.x_context_BPD)
+  scale_test_MB = jax.vmap(inverse_scales, (0, None))(centred_W_x_MND, batch.x_test_BD)
   centred_W_x_TND = layout.expand_to_layers(centred_W_x_MND)
   query_map_TND = jnp.einsum("tij,tjd->tid", layer["W_q"], centred_W_x_TND)
   key_map_TND = jnp.einsum("tij,tjd->tid", layer["W_k"], centred_W_x_TND)
   bilinear_TDD = jnp.einsum("tnd,tne->tde", query_map_TND, key_map_TND)  # B_l
-  probe_TBD = jnp.einsum("tde,tbd->tbe", bilinear_TDD, layout.expand_to_layers(xs_test_MBD))
-  scores_TBP = jnp.concatenate([
-      jnp.einsum("bpd,lbd->lbp", xs_context_MBPD[m], probe_TBD[layout.layer_slice(m)])
-      for m in range(layout.num_models)])
+  probe_TBE = jnp.einsum("tde,bd->tbe", bilinear_TDD, batch.x_test_BD)
+  raw_scores_TBP = jnp.einsum("tbe,bpe->tbp", probe_TBE, batch.x_context_BPD)
+  scores_TBP = (raw_scores_TBP * layout.expand_to_layers(scale_test_MB)[:, :, None]
+                * layout.expand_to_layers(scale_context_MBP))
   return jax.nn.softmax(scores_TBP, axis=-1)
 
 
