@@ -173,7 +173,9 @@ def _wait_for(predicate, timeout_s, proc):
     time.sleep(0.05)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM,
+                                    pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGINT"])
 def test_signal_writes_a_checkpoint_then_exits(tmp_path, signum):
   """Periodic checkpoints are off (checkpoint_every = max_steps), so a checkpoint at the
   step where it stopped can only come from the signal."""
