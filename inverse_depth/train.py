@@ -118,9 +118,11 @@ def _finite_per_model(tree: Params, layout: GridLayout) -> jax.Array:
   for leaf in jax.tree.leaves(tree["model"]):
     finite_SM &= jnp.isfinite(leaf).reshape(leaf.shape[:2] + (-1,)).all(-1)
   for leaf in jax.tree.leaves(tree["layer"]):
-    finite_ST = jnp.isfinite(leaf).reshape(leaf.shape[:2] + (-1,)).all(-1)
-    finite_SM &= jnp.stack([finite_ST[:, layout.layer_slice(m)].all(-1)
-                            for m in range(layout.num_models)], axis=1)
+    nonfinite_TS = ~jnp.isfinite(leaf).reshape(leaf.shape[:2] + (-1,)).all(-1).T
+    nonfinite_layers_MS = jax.ops.segment_sum(
+        nonfinite_TS.astype(jnp.int32), layout.layer_model_index,
+        num_segments=layout.num_models, indices_are_sorted=True)
+    finite_SM &= nonfinite_layers_MS.T == 0
   return finite_SM
 
 

@@ -290,3 +290,18 @@ def test_nan_parameters_at_start_diverge_at_step_zero():
                                 jax.tree.leaves(_model_params(clean_after.params, layout, s2,
                                                               m2))):
         np.testing.assert_allclose(leaf_a, leaf_c, rtol=1e-6, atol=1e-7)
+
+
+def test_a_non_finite_layer_marks_only_its_own_model():
+  """A NaN in one packed layer (the last layer of model 2) is attributed to that model."""
+  trainer = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS)
+  s, m = 0, 2
+  last_layer = trainer.layout.layer_slice(m).stop - 1
+  state = trainer.init_state()
+  state = state.replace(params=dict(state.params, layer=dict(
+      state.params["layer"], W_q=state.params["layer"]["W_q"].at[s, last_layer].set(jnp.nan))))
+  after, _ = trainer.train_chunk(state)
+  expected = np.zeros((len(GRID_SEEDS), len(GRID_DEPTHS)), bool)
+  expected[s, m] = True
+  np.testing.assert_array_equal(np.asarray(after.diverged_SM), expected)
+  assert int(after.diverged_at_step_SM[s, m]) == 0
