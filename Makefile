@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/quick
 
-.PHONY: demo test test-all smoke clean
+.PHONY: demo test test-all smoke bench clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ demo: $(VENV)/.installed
 
 smoke: $(VENV)/.installed
 	$(PY) -m experiments.run --config=experiments/configs/smoke.py --workdir=runs/smoke
+
+bench: $(VENV)/.installed
+	$(PY) -m bench.run $(BENCH_FLAGS)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

@@ -1,0 +1,1 @@
+"""Benchmarks of the grid training step (`make bench`); see bench/README.md."""
