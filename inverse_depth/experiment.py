@@ -121,18 +121,30 @@ def _drop_metrics_after(path: str, model: str, a: float, b: float, step: int) ->
 
 def train_grid(config, model: str, a: float, b: float, workdir: str,
                stop: StopSignals) -> dict:
-  """Trains (or resumes) one grid; returns {"runs": one record per model, "wall_time_s"}."""
+  """Trains (or resumes) one grid and evaluates it.
+
+  Returns {"runs": one record per (seed, depth) model, "train_time_s", "wall_time_s"}.
+  """
   keys = _root_keys(config.seed)
   problem = config_lib.problem(config, a, b)
-  seeds = tuple(range(config.num_seeds))
-  trainer = GridTrainer(model, problem, tuple(config.depths), seeds,
+  trainer = GridTrainer(model, problem, tuple(config.depths), tuple(range(config.num_seeds)),
                         config_lib.train_settings(config), N=config.N,
                         init_scales=config_lib.init_scales(config), init_key=keys["init"],
                         data_key=keys["data"])
   sample = jax.jit(problem.sample, static_argnums=1)
   val_set = sample(keys["val"], config.val_size)
-  eval_set = sample(keys["eval"], config.eval_size)
-  name = grid_name(model, a, b)
+  state, train_time_s = _train_resumably(config, trainer, grid_name(model, a, b), val_set,
+                                         workdir, stop)
+  eval_start = time.time()
+  runs = _run_records(config, trainer, state, sample(keys["eval"], config.eval_size))
+  return dict(runs=runs, train_time_s=train_time_s,
+              wall_time_s=train_time_s + time.time() - eval_start)
+
+
+def _train_resumably(config, trainer: GridTrainer, name: str, val_set, workdir: str,
+                     stop: StopSignals):
+  """Runs trainer.fit from the newest checkpoint (or from initialisation), logging
+  metrics and checkpointing; returns (final state, training seconds over all attempts)."""
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name),
                                 max_to_keep=config.checkpoints_to_keep,
                                 config_hash=config_lib.config_hash(config.to_dict()))
@@ -143,6 +155,7 @@ def train_grid(config, model: str, a: float, b: float, workdir: str,
     state, meta = restored
     previous_time_s = meta["train_time_s"]
     logging.info("[%s] resuming from the checkpoint at step %d", name, int(state.step))
+  model, a, b = trainer.model, trainer.problem.a, trainer.problem.b
   metrics_path = os.path.join(workdir, METRICS_FILE)
   _drop_metrics_after(metrics_path, model, a, b, int(state.step))
   train_time_s = previous_time_s
@@ -152,30 +165,34 @@ def train_grid(config, model: str, a: float, b: float, workdir: str,
       metrics_file.write(json.dumps(dict(model=model, a=a, b=b, train_time_s=train_time_s,
                                          **progress)) + "\n")
       metrics_file.flush()
-      mean_val = np.mean(progress["val_loss"], axis=0)
+      val_by_depth = np.mean(progress["val_loss"], axis=0)
       logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R by depth: %s  "
                    "converged %d/%d", name, progress["step"], config.max_steps,
                    progress["elapsed_s"], progress["eta_max_s"],
-                   " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, mean_val)),
-                   int(np.sum(progress["converged"])), mean_val.size * len(seeds))
+                   " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, val_by_depth)),
+                   int(np.sum(progress["converged"])), np.size(progress["converged"]))
       if progress["step"] % config.checkpoint_every == 0 or stop.received is not None:
         checkpoints.save(state, train_time_s=train_time_s)
       stop.check(f"in grid {name} at step {progress['step']} (checkpoint saved)")
   checkpoints.save(state, train_time_s=train_time_s)  # the trained models, kept for analysis
   checkpoints.close()
-  eval_start = time.time()
+  return state, train_time_s
 
+
+def _run_records(config, trainer: GridTrainer, state, eval_set) -> list[dict]:
+  """One results.json run record per (seed, depth) model, from held-out predictions."""
   layer_preds_STE = trainer.predict(state.params, eval_set, config.eval_chunk_size)
   target_E = np.asarray(eval_set.target_B)
   plateau_loss = uniform_attention_loss(eval_set)
   runs = []
-  for s, seed in enumerate(seeds):
+  for s, seed in enumerate(trainer.seeds):
     for m, depth in enumerate(config.depths):
       parts = analysis.decompose(layer_preds_STE[s, trainer.layout.layer_slice(m)], target_E)
       runs.append(dict(
-          model=model, task=config.task, k=config.k, a=float(a), b=float(b), depth=depth,
-          seed=seed, eval_loss=parts["R"], A=parts["A"], C=parts["C"],
-          disagreement=parts["disagreement"], identity_residual=parts["identity_residual"],
+          model=trainer.model, task=config.task, k=config.k, a=trainer.problem.a,
+          b=trainer.problem.b, depth=depth, seed=seed, eval_loss=parts["R"], A=parts["A"],
+          C=parts["C"], disagreement=parts["disagreement"],
+          identity_residual=parts["identity_residual"],
           diverged=bool(state.diverged_SM[s, m]),
           diverged_at_step=int(state.diverged_at_step_SM[s, m]),
           converged=bool(state.converged_SM[s, m]), steps=int(state.steps_trained_SM[s, m]),
@@ -183,8 +200,7 @@ def train_grid(config, model: str, a: float, b: float, workdir: str,
           uniform_attention_loss=plateau_loss,
           on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
           target_second_moment=float(np.mean(target_E ** 2))))
-  return dict(runs=runs, train_time_s=train_time_s,
-              wall_time_s=train_time_s + time.time() - eval_start)
+  return runs
 
 
 def non_monotone_depths(depths, means, errors, rel_tol: float = 0.01) -> list[int]:
