@@ -8,8 +8,10 @@ unless --start_over is given (the old one is moved aside, not deleted).
 """
 
 import logging as std_logging
+import os
 import sys
 
+import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -21,6 +23,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.", requir
 _START_OVER = flags.DEFINE_bool(
     "start_over", False, "Move an existing --workdir aside (to DIR.replaced-<time>) and start "
     "from scratch instead of resuming.")
+_XLA_CACHE = flags.DEFINE_string(
+    "xla_cache_dir", "~/.cache/inverse_depth/xla", "Persistent XLA compilation cache (reruns "
+    "and resumes reuse compiled steps); empty to disable.")
 
 
 class _OrbaxWarningsOnly(std_logging.Filter):
@@ -34,6 +39,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
   logging.get_absl_handler().addFilter(_OrbaxWarningsOnly())
+  if _XLA_CACHE.value and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser(_XLA_CACHE.value))
   try:
     experiment.run(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
   except (config_lib.ConfigError, experiment.WorkdirConflict) as error:

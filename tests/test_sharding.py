@@ -30,7 +30,7 @@ settings = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_
                          max_lr_decays=1, divergence_loss=1e6)
 val_set = jax.jit(lambda key: problem.sample(key, 64))(jax.random.key(12))
 out = dict(num_devices=jax.device_count())
-for model in ("softmax", "linear"):
+for model in sys.argv[1:]:
   for name, devices in (("all", jax.devices()), ("one", jax.devices()[:1])):
     trainer = GridTrainer(model, problem, (1, 2, 4), (0, 1), settings, N=8,
                           init_scales=InitScales(), init_key=jax.random.key(10),
@@ -51,29 +51,34 @@ print("RESULT" + json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def on_eight_devices():
+# The linear grid's 8-device compile is the slowest part: it runs with the slow tests.
+MODELS = ["softmax", pytest.param("linear", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def on_eight_devices(request):
+  """(model, the script's results) for one model kind."""
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=900)
+  proc = subprocess.run([sys.executable, "-c", SCRIPT, request.param], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")][-1]
-  return json.loads(line[len("RESULT"):])
+  return request.param, json.loads(line[len("RESULT"):])
 
 
 def test_layers_are_spread_over_all_devices_with_a_padding_model(on_eight_devices):
-  assert on_eight_devices["num_devices"] == 8
-  for model in ("softmax", "linear"):
-    sharded, single = on_eight_devices[f"{model}/all"], on_eight_devices[f"{model}/one"]
-    assert sharded["W_q_devices"] == 8 and single["W_q_devices"] == 1
-    assert sharded["total_layers"] == 8 and single["total_layers"] == 7  # 1 + 2 + 4 (+ 1 pad)
-    assert sharded["W_q_shard_shape"][1] == 1  # one layer per device
+  model, results = on_eight_devices
+  assert results["num_devices"] == 8
+  sharded, single = results[f"{model}/all"], results[f"{model}/one"]
+  assert sharded["W_q_devices"] == 8 and single["W_q_devices"] == 1
+  assert sharded["total_layers"] == 8 and single["total_layers"] == 7  # 1 + 2 + 4 (+ 1 pad)
+  assert sharded["W_q_shard_shape"][1] == 1  # one layer per device
 
 
-@pytest.mark.parametrize("model", ["softmax", "linear"])
-def test_eight_devices_train_the_same_models_as_one(on_eight_devices, model):
-  sharded, single = on_eight_devices[f"{model}/all"], on_eight_devices[f"{model}/one"]
+def test_eight_devices_train_the_same_models_as_one(on_eight_devices):
+  model, results = on_eight_devices
+  sharded, single = results[f"{model}/all"], results[f"{model}/one"]
   assert sharded["steps"] == single["steps"]
   np.testing.assert_allclose(np.array(sharded["val_loss"])[:, :, :3],
                              np.array(single["val_loss"])[:, :, :3], rtol=1e-4)
