@@ -43,7 +43,8 @@ def main(argv):
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(_XLA_CACHE.value))
   try:
     experiment.run(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
-  except (config_lib.ConfigError, experiment.WorkdirConflict) as error:
+  except (config_lib.ConfigError, experiment.WorkdirConflict,
+          experiment.CheckpointMismatch) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
   except experiment.Interrupted as stopped:

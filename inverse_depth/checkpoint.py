@@ -7,10 +7,12 @@ the state's bytes. Orbax finalises a checkpoint by an atomic rename, so a
 process killed while saving leaves no half-written step behind; the checksum
 catches what a rename cannot (a file truncated or overwritten later).
 
-Restore order: the newest step first. A step that fails to load, whose
-checksum does not match or whose config hash differs is reported, moved out
-of the way to `<directory>.corrupt/` (nothing is deleted) and the next older
-one is tried.
+Restore order: the newest step first. A step that fails to load or whose
+checksum does not match is reported, moved out of the way to
+`<directory>.corrupt/` (nothing is deleted) and the next older one is tried.
+A readable step written by another config or for another grid layout (the
+packed layer axis depends on the device count through the padding model) is
+not corrupt: restoring stops with `CheckpointMismatch` and nothing is moved.
 """
 
 import hashlib
@@ -27,6 +29,10 @@ from absl import logging
 from inverse_depth.train import TrainState
 
 
+class CheckpointMismatch(RuntimeError):
+  """A readable checkpoint that belongs to another config or grid layout."""
+
+
 def state_checksum(state: TrainState) -> str:
   """SHA-256 over the shape, dtype and bytes of every leaf, in tree order."""
   digest = hashlib.sha256()
@@ -40,9 +46,11 @@ def state_checksum(state: TrainState) -> str:
 class GridCheckpoints:
   """The checkpoints of one grid in `directory`, keeping the newest `max_to_keep`."""
 
-  def __init__(self, directory: str, *, max_to_keep: int, config_hash: str):
+  def __init__(self, directory: str, *, max_to_keep: int, config_hash: str,
+               layout_depths: tuple[int, ...]):
     self.directory = os.path.abspath(directory)
     self.config_hash = config_hash
+    self.layout_depths = list(layout_depths)  # as JSON holds them
     self._options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep, create=True,
         # Synchronous: the next train chunk donates the state's buffers.
@@ -57,8 +65,9 @@ class GridCheckpoints:
     step = int(state.step)
     if step in self._manager.all_steps():
       return
-    meta = dict(step=step, config_hash=self.config_hash, train_time_s=train_time_s,
-                checksum=state_checksum(state), saved_at=time.time())
+    meta = dict(step=step, config_hash=self.config_hash, layout_depths=self.layout_depths,
+                train_time_s=train_time_s, checksum=state_checksum(state),
+                saved_at=time.time())
     self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                      meta=ocp.args.JsonSave(meta)), force=True)
     self._manager.wait_until_finished()
@@ -71,25 +80,39 @@ class GridCheckpoints:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     for step in reversed(self.steps()):
       try:
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-        problem = self._problem(restored.state, restored.meta, step)
+        meta = self._manager.restore(
+            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
       except Exception as error:  # noqa: BLE001 -- any failure to read means unusable
-        problem = f"unreadable ({type(error).__name__}: {str(error)[:300]})"
-      if problem is None:
+        self._quarantine(step, f"unreadable ({type(error).__name__}: {str(error)[:300]})")
+        continue
+      self._check_belongs_here(meta, step)
+      try:
+        state = self._manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract))).state
+      except Exception as error:  # noqa: BLE001
+        self._quarantine(step, f"unreadable ({type(error).__name__}: {str(error)[:300]})")
+        continue
+      if int(state.step) != step or meta.get("step") != step:
+        self._quarantine(step, f"holding step {int(state.step)} under step {step}")
+      elif meta.get("checksum") != state_checksum(state):
+        self._quarantine(step, "changed after the save (checksum mismatch)")
+      else:
         logging.info("Restored checkpoint %s/%d", self.directory, step)
-        return restored.state, restored.meta
-      self._quarantine(step, problem)
+        return state, meta
     return None
 
-  def _problem(self, state: TrainState, meta: dict, step: int) -> Optional[str]:
+  def _check_belongs_here(self, meta: dict, step: int) -> None:
     if meta.get("config_hash") != self.config_hash:
-      return f"written by another config (hash {meta.get('config_hash')})"
-    if int(state.step) != step or meta.get("step") != step:
-      return f"holds step {int(state.step)} under step {step}"
-    if meta.get("checksum") != state_checksum(state):
-      return "checksum mismatch (the files changed after the save)"
-    return None
+      raise CheckpointMismatch(
+          f"{self.directory}/{step} was written by another config (hash "
+          f"{meta.get('config_hash')}, now {self.config_hash}); use a new --workdir or "
+          "--start_over.")
+    if meta.get("layout_depths") != self.layout_depths:
+      raise CheckpointMismatch(
+          f"{self.directory}/{step} holds a grid laid out as depths {meta.get('layout_depths')}"
+          f" but this run lays it out as {self.layout_depths} (the last entry is a padding "
+          "model that depends on the number of devices): resume on the same number of "
+          "devices, or use a new --workdir / --start_over.")
 
   def _quarantine(self, step: int, problem: str) -> None:
     """Moves a bad step to <directory>.corrupt/ and reopens the manager without it."""

@@ -103,9 +103,11 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "checkpoints_to_keep": _int_at_least(1),
 }
 
-# Fields that change how a run is executed but not what it computes: a rerun may change
-# them without starting over, and they are left out of the config hash.
-RUNTIME_FIELDS = ("eval_chunk_size", "checkpoint_every", "checkpoints_to_keep")
+# Fields that change how a run is saved but not what it computes: a rerun may change them
+# without starting over, and they are left out of the config hash. (eval_chunk_size is not
+# one: evaluation compiled for another chunk shape may round differently, and the
+# convergence rule can amplify a last-bit difference.)
+RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -130,11 +132,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
       _fail(field, config[field], f"a multiple of eval_every = {config.eval_every}")
 
 
+def _canonical(value):
+  """Numbers as floats (so 0 and 0.0 hash alike, as they compare alike), tuples as lists."""
+  if isinstance(value, (list, tuple)):
+    return [_canonical(v) for v in value]
+  if _is_real(value):
+    return float(value)
+  return value
+
+
 def config_hash(config_dict: dict) -> str:
   """SHA-256 (first 16 hex digits) of the fields that determine the results."""
-  fields = {k: v for k, v in config_dict.items() if k not in RUNTIME_FIELDS}
-  canonical = json.dumps(fields, sort_keys=True, default=list)
-  return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+  fields = {k: _canonical(v) for k, v in config_dict.items() if k not in RUNTIME_FIELDS}
+  return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def problem(config, a: float, b: float) -> Problem:

@@ -13,6 +13,7 @@ dropped so the curves never hold a step twice. SIGTERM/SIGINT stop training at
 the end of the current chunk after a checkpoint (`Interrupted`).
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -26,7 +27,7 @@ import numpy as np
 from absl import logging
 
 from inverse_depth import analysis, config as config_lib, report
-from inverse_depth.checkpoint import GridCheckpoints
+from inverse_depth.checkpoint import CheckpointMismatch, GridCheckpoints
 from inverse_depth.train import GridTrainer
 
 RESULTS_FILE = "results.json"
@@ -68,8 +69,9 @@ class StopSignals:
     if self.received is not None and signum == signal.SIGINT:
       raise KeyboardInterrupt
     self.received = signum
-    logging.warning("Received %s: saving a checkpoint at the end of the current chunk, then "
-                    "stopping (press Ctrl-C again to stop at once).", signal.Signals(signum).name)
+    # os.write, not logging: a handler may interrupt a write to the same stream.
+    os.write(2, f"Received {signal.Signals(signum).name}: saving a checkpoint at the end of the "
+             "current chunk, then stopping (Ctrl-C again stops at once).\n".encode())
 
   def check(self, where: str) -> None:
     """Raises Interrupted if a stop was requested."""
@@ -103,16 +105,23 @@ def uniform_attention_loss(batch) -> float:
 
 
 def _drop_metrics_after(path: str, model: str, a: float, b: float, step: int) -> None:
-  """Removes metrics lines of grid (model, a, b) beyond `step` (left by an interrupted run)."""
+  """Removes metrics lines of grid (model, a, b) beyond `step` (left by an interrupted run),
+  and any line a killed process left half written."""
   if not os.path.exists(path):
     return
   with open(path) as f:
     lines = f.readlines()
-  def is_stale(line):
-    record = json.loads(line)
-    return (record["model"], record["a"], record["b"]) == (model, a, b) and record["step"] > step
-  kept = [line for line in lines if line.strip() and not is_stale(line)]
-  if len(kept) != len(lines):
+
+  def keep(line):
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError:
+      logging.warning("Dropping a half-written line of %s: %r", path, line[:80])
+      return False
+    return (record["model"], record["a"], record["b"]) != (model, a, b) or record["step"] <= step
+
+  kept = [line.rstrip("\n") + "\n" for line in lines if line.strip() and keep(line)]
+  if kept != lines:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
       f.writelines(kept)
@@ -147,35 +156,36 @@ def _train_resumably(config, trainer: GridTrainer, name: str, val_set, workdir: 
   metrics and checkpointing; returns (final state, training seconds over all attempts)."""
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name),
                                 max_to_keep=config.checkpoints_to_keep,
-                                config_hash=config_lib.config_hash(config.to_dict()))
-  state = trainer.init_state()
-  previous_time_s = 0.0
-  restored = checkpoints.restore_latest(state)
-  if restored is not None:
-    state, meta = restored
-    previous_time_s = meta["train_time_s"]
-    logging.info("[%s] resuming from the checkpoint at step %d", name, int(state.step))
-  model, a, b = trainer.model, trainer.problem.a, trainer.problem.b
-  metrics_path = os.path.join(workdir, METRICS_FILE)
-  _drop_metrics_after(metrics_path, model, a, b, int(state.step))
-  train_time_s = previous_time_s
-  with open(metrics_path, "a") as metrics_file:
-    for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):
-      train_time_s = previous_time_s + progress["elapsed_s"]
-      metrics_file.write(json.dumps(dict(model=model, a=a, b=b, train_time_s=train_time_s,
-                                         **progress)) + "\n")
-      metrics_file.flush()
-      val_by_depth = np.mean(progress["val_loss"], axis=0)
-      logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R by depth: %s  "
-                   "converged %d/%d", name, progress["step"], config.max_steps,
-                   progress["elapsed_s"], progress["eta_max_s"],
-                   " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, val_by_depth)),
-                   int(np.sum(progress["converged"])), np.size(progress["converged"]))
-      if progress["step"] % config.checkpoint_every == 0 or stop.received is not None:
-        checkpoints.save(state, train_time_s=train_time_s)
-      stop.check(f"in grid {name} at step {progress['step']} (checkpoint saved)")
-  checkpoints.save(state, train_time_s=train_time_s)  # the trained models, kept for analysis
-  checkpoints.close()
+                                config_hash=config_lib.config_hash(config.to_dict()),
+                                layout_depths=trainer.layout.depths)
+  with contextlib.closing(checkpoints):
+    state = trainer.init_state()
+    previous_time_s = 0.0
+    restored = checkpoints.restore_latest(state)
+    if restored is not None:
+      state, meta = restored
+      previous_time_s = meta["train_time_s"]
+      logging.info("[%s] resuming from the checkpoint at step %d", name, int(state.step))
+    model, a, b = trainer.model, trainer.problem.a, trainer.problem.b
+    metrics_path = os.path.join(workdir, METRICS_FILE)
+    _drop_metrics_after(metrics_path, model, a, b, int(state.step))
+    train_time_s = previous_time_s
+    with open(metrics_path, "a") as metrics_file:
+      for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):
+        train_time_s = previous_time_s + progress["elapsed_s"]
+        metrics_file.write(json.dumps(dict(model=model, a=a, b=b, train_time_s=train_time_s,
+                                           **progress)) + "\n")
+        metrics_file.flush()
+        val_by_depth = np.mean(progress["val_loss"], axis=0)
+        logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R by depth: %s  "
+                     "converged %d/%d", name, progress["step"], config.max_steps,
+                     progress["elapsed_s"], progress["eta_max_s"],
+                     " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, val_by_depth)),
+                     int(np.sum(progress["converged"])), np.size(progress["converged"]))
+        if progress["step"] % config.checkpoint_every == 0 or stop.received is not None:
+          checkpoints.save(state, train_time_s=train_time_s)
+        stop.check(f"in grid {name} at step {progress['step']} (checkpoint saved)")
+    checkpoints.save(state, train_time_s=train_time_s)  # the trained models, kept for analysis
   return state, train_time_s
 
 
@@ -268,9 +278,13 @@ def check_workdir(config_dict: dict, workdir: str) -> None:
 
 
 def move_aside(workdir: str) -> str | None:
-  """Renames an existing workdir to <workdir>.replaced-<time> (nothing is deleted)."""
+  """Renames an existing experiment workdir to <workdir>.replaced-<time> (nothing is
+  deleted); refuses any other non-empty directory."""
   if not os.path.exists(workdir):
     return None
+  if not os.path.exists(os.path.join(workdir, "config.json")) and os.listdir(workdir):
+    raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
+                          "experiment workdir, so --start_over will not move it.")
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   destination = f"{os.path.normpath(workdir)}.replaced-{stamp}"
   os.rename(workdir, destination)
@@ -282,9 +296,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
   """Runs (or resumes) the experiment in `workdir` and writes results and report.
 
   With `start_over`, an existing workdir is first moved aside (`move_aside`).
-  Raises config.ConfigError or WorkdirConflict before anything is written, and
+  Raises config.ConfigError or WorkdirConflict before anything is written,
+  CheckpointMismatch when a checkpoint belongs to another grid layout, and
   Interrupted when SIGTERM/SIGINT stopped training (after a checkpoint).
   """
+  if jax.process_count() > 1:
+    raise NotImplementedError("multi-process (jax.distributed) runs are not supported yet: "
+                              "see README, 'Several devices and hosts'")
   config_lib.validate(config)
   config_dict = config.to_dict()
   if start_over:

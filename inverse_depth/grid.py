@@ -7,7 +7,8 @@ per-layer parameters of all models are *packed* along one axis T = sum(depths),
 model m owning the static slice `layer_slice(m)`. Packed models run all T
 layers in one batched contraction; cascaded models (sequential layout) scan
 each model's own slice. Either way a step does exactly sum(depths) layers of
-work per seed.
+work per seed. (When the layer axis is sharded over devices, the trainer may
+append one frozen padding model to the depths: train.py.)
 
 Initialisation of one model depends only on (root key, seed, depth), never on
 the rest of the grid, so a model trained inside a grid equals the same model

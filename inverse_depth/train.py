@@ -27,7 +27,8 @@ XLA's SPMD partitioner inserts the collectives. When T is not a multiple of
 the device count, a frozen padding model of the missing depth is appended to
 the layout: it is never updated, never reported, and changes no other model.
 On one device nothing is padded. Results on 1 and 8 devices agree to float
-tolerance (summation order differs), not bit for bit.
+tolerance at first (summation order differs), not bit for bit; the padding
+model makes a checkpoint specific to its device count.
 """
 
 import dataclasses
@@ -130,7 +131,7 @@ LAYER_AXIS = "layers"
 
 
 def default_mesh() -> Mesh:
-  """All devices (of every process, under jax.distributed) along the layer axis."""
+  """All devices JAX sees along the layer axis (one process; see README for multi-host)."""
   return Mesh(np.array(jax.devices()), (LAYER_AXIS,))
 
 
@@ -268,7 +269,8 @@ class GridTrainer:
         converged_SM=converged)
 
   def predict(self, params: Params, eval_set: tasks.Batch, chunk_size: int) -> np.ndarray:
-    """Per-layer predictions on a held-out set, in chunks: [S, T, E] (float32 numpy)."""
+    """Per-layer predictions on a held-out set, in chunks: [S, T, E] (float32 numpy), T
+    over `layout` (a padding model's layers last)."""
     size = eval_set.target_B.shape[0]
     chunks = [self.layer_predictions(params, jax.tree.map(lambda x: x[i:i + chunk_size],
                                                           eval_set))
@@ -276,7 +278,7 @@ class GridTrainer:
     return np.concatenate([np.asarray(c) for c in chunks], axis=-1)
 
   def model_losses(self, params: Params, eval_set: tasks.Batch, chunk_size: int) -> np.ndarray:
-    """Loss R of every model on a held-out set: [S, M]."""
+    """Loss R of every model of `layout` (a padding model included) on a held-out set."""
     layer_preds_STE = self.predict(params, eval_set, chunk_size)
     predictions_SME = np.stack([layer_preds_STE[:, self.layout.layer_slice(m)].mean(axis=1)
                                 for m in range(self.layout.num_models)], axis=1)

@@ -111,8 +111,12 @@ def test_scale_names(tmp_path):
 
 def test_config_hash_ignores_runtime_fields_only():
   base = smoke.get_config().to_dict()
-  assert config_lib.config_hash(base) == config_lib.config_hash(dict(base, eval_chunk_size=1))
+  assert config_lib.config_hash(base) == config_lib.config_hash(dict(base, checkpoint_every=1))
   assert config_lib.config_hash(base) != config_lib.config_hash(dict(base, seed=1))
+  assert config_lib.config_hash(base) != config_lib.config_hash(dict(base, eval_chunk_size=1))
+  # 0 and 0.0 compare equal in the workdir guard, so they must hash alike.
+  assert config_lib.config_hash(dict(base, spectra=((0, 0),))) == config_lib.config_hash(
+      dict(base, spectra=((0.0, 0.0),)))
 
 
 def test_config_error_is_a_value_error():

@@ -46,10 +46,10 @@ def test_workdir_contents(experiment_run):
   names = sorted(experiment.grid_name(m, a, b) for m in MODELS for a, b in config.spectra)
   grids = sorted(os.path.basename(p) for p in glob.glob(os.path.join(workdir, "grids", "*.json")))
   assert grids == [name + ".json" for name in names]
-  # The last checkpoints_to_keep checkpoints of each grid, the final one included.
+  # The newest checkpoints_to_keep (2) of the three checkpoints, the final one included.
   for name in names:
     steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints", name)))
-    assert steps == [20, 40, 60]
+    assert steps == [40, 60]
 
 
 def test_metrics_are_json_lines(experiment_run):

@@ -2,8 +2,9 @@
 
 XLA's device count is fixed when JAX starts, so the 8-device side runs in a
 subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=8; it trains
-the tiny grid on a mesh of all 8 devices and on a mesh of device 0 alone and
-prints both results, which this test compares. Depths (1, 2, 4) give T = 7
+the tiny grid on a mesh of all 8 devices and on a mesh of device 0 alone, checks
+that a checkpoint of each restores with the same bytes and shardings, and prints
+both results, which this test compares. Depths (1, 2, 4) give T = 7
 layers per seed, so the 8-device grid also exercises the padding model.
 """
 
@@ -21,6 +22,7 @@ SCRIPT = r"""
 import json, sys
 import jax, numpy as np
 from jax.sharding import Mesh
+from inverse_depth.checkpoint import GridCheckpoints, state_checksum
 from inverse_depth.grid import InitScales
 from inverse_depth.train import GridTrainer, LAYER_AXIS, Problem, TrainSettings
 
@@ -30,7 +32,7 @@ settings = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_
                          max_lr_decays=1, divergence_loss=1e6)
 val_set = jax.jit(lambda key: problem.sample(key, 64))(jax.random.key(12))
 out = dict(num_devices=jax.device_count())
-for model in sys.argv[1:]:
+for model in sys.argv[2:]:
   for name, devices in (("all", jax.devices()), ("one", jax.devices()[:1])):
     trainer = GridTrainer(model, problem, (1, 2, 4), (0, 1), settings, N=8,
                           init_scales=InitScales(), init_key=jax.random.key(10),
@@ -39,6 +41,14 @@ for model in sys.argv[1:]:
     history = []
     for state, progress in trainer.fit(state, val_set, 64):
       history.append(progress["val_loss"])
+    # A checkpoint of the sharded state restores with the same bytes and shardings.
+    checkpoints = GridCheckpoints(f"{sys.argv[1]}/{model}-{name}", max_to_keep=1,
+                                  config_hash="test", layout_depths=trainer.layout.depths)
+    checkpoints.save(state, train_time_s=0.0)
+    restored, _ = checkpoints.restore_latest(trainer.init_state())
+    checkpoints.close()
+    assert state_checksum(restored) == state_checksum(state)
+    assert jax.tree.map(lambda x: x.sharding, restored) == trainer.state_shardings
     W_q = state.params["layer"]["W_q"]
     out[f"{model}/{name}"] = dict(
         val_loss=history, total_layers=trainer.layout.total_layers,
@@ -56,11 +66,13 @@ MODELS = ["softmax", pytest.param("linear", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module", params=MODELS)
-def on_eight_devices(request):
+def on_eight_devices(request, tmp_path_factory):
   """(model, the script's results) for one model kind."""
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-c", SCRIPT, request.param], cwd=REPO, env=env,
+  checkpoints = str(tmp_path_factory.mktemp("checkpoints"))
+  proc = subprocess.run([sys.executable, "-c", SCRIPT, checkpoints, request.param], cwd=REPO,
+                        env=env,
                         capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")][-1]

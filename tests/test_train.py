@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from inverse_depth import analysis
-from inverse_depth.grid import InitScales
-from inverse_depth.train import GridTrainer, Problem, TrainSettings
+from inverse_depth.grid import GridLayout, InitScales, init_grid
+from inverse_depth.train import GridTrainer, Problem, TrainSettings, _finite_per_model
 
 PROBLEM = Problem(task="topk", k=2, a=0.0, b=0.0, d=4, P=8)
 SETTINGS = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_steps=40,
@@ -292,16 +292,18 @@ def test_nan_parameters_at_start_diverge_at_step_zero():
         np.testing.assert_allclose(leaf_a, leaf_c, rtol=1e-6, atol=1e-7)
 
 
-def test_a_non_finite_layer_marks_only_its_own_model():
-  """A NaN in one packed layer (the last layer of model 2) is attributed to that model."""
-  trainer = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS)
-  s, m = 0, 2
-  last_layer = trainer.layout.layer_slice(m).stop - 1
-  state = trainer.init_state()
-  state = state.replace(params=dict(state.params, layer=dict(
-      state.params["layer"], W_q=state.params["layer"]["W_q"].at[s, last_layer].set(jnp.nan))))
-  after, _ = trainer.train_chunk(state)
-  expected = np.zeros((len(GRID_SEEDS), len(GRID_DEPTHS)), bool)
-  expected[s, m] = True
-  np.testing.assert_array_equal(np.asarray(after.diverged_SM), expected)
-  assert int(after.diverged_at_step_SM[s, m]) == 0
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_finite_per_model_attributes_each_layer_to_its_model(which):
+  """A NaN in the first or last packed layer of model m (and nowhere else) makes exactly
+  (s, m) non-finite: the layer -> model reduction alone, without any loss in between."""
+  layout = GridLayout(GRID_DEPTHS)
+  params = init_grid(jax.random.key(0), layout, GRID_SEEDS, d=4, N=N, scales=InitScales())
+  for s in range(len(GRID_SEEDS)):
+    for m in range(len(GRID_DEPTHS)):
+      layers = layout.layer_slice(m)
+      t = layers.start if which == "first" else layers.stop - 1
+      poisoned = dict(params, layer=dict(params["layer"],
+                                         W_k=params["layer"]["W_k"].at[s, t, 0, 0].set(jnp.inf)))
+      expected = np.ones((len(GRID_SEEDS), len(GRID_DEPTHS)), bool)
+      expected[s, m] = False
+      np.testing.assert_array_equal(np.asarray(_finite_per_model(poisoned, layout)), expected)
