@@ -110,9 +110,9 @@ class GridCheckpoints:
     if meta.get("layout_depths") != self.layout_depths:
       raise CheckpointMismatch(
           f"{self.directory}/{step} holds a grid laid out as depths {meta.get('layout_depths')}"
-          f" but this run lays it out as {self.layout_depths} (the last entry is a padding "
-          "model that depends on the number of devices): resume on the same number of "
-          "devices, or use a new --workdir / --start_over.")
+          f" but this run lays it out as {self.layout_depths} (a padding model is appended "
+          "when the layer count is not a multiple of the number of devices): resume on the "
+          "same number of devices, or use a new --workdir / --start_over.")
 
   def _quarantine(self, step: int, problem: str) -> None:
     """Moves a bad step to <directory>.corrupt/ and reopens the manager without it."""
