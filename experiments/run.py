@@ -15,7 +15,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from inverse_depth import config as config_lib, experiment
+from inverse_depth import checkpoint, config as config_lib, experiment
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/quick.py",
                                           "Experiment config file (optionally FILE:SCALE).")
@@ -44,7 +44,7 @@ def main(argv):
   try:
     experiment.run(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
   except (config_lib.ConfigError, experiment.WorkdirConflict,
-          experiment.CheckpointMismatch) as error:
+          checkpoint.CheckpointMismatch) as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
   except experiment.Interrupted as stopped:

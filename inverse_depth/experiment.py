@@ -27,7 +27,7 @@ import numpy as np
 from absl import logging
 
 from inverse_depth import analysis, config as config_lib, report
-from inverse_depth.checkpoint import CheckpointMismatch, GridCheckpoints
+from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.train import GridTrainer
 
 RESULTS_FILE = "results.json"
@@ -297,7 +297,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
 
   With `start_over`, an existing workdir is first moved aside (`move_aside`).
   Raises config.ConfigError or WorkdirConflict before anything is written,
-  CheckpointMismatch when a checkpoint belongs to another grid layout, and
+  checkpoint.CheckpointMismatch when a checkpoint belongs to another config or
+  grid layout, and
   Interrupted when SIGTERM/SIGINT stopped training (after a checkpoint).
   """
   if jax.process_count() > 1:
