@@ -82,14 +82,12 @@ class GridCheckpoints:
       try:
         meta = self._manager.restore(
             step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-      except Exception as error:  # noqa: BLE001 -- any failure to read means unusable
-        self._quarantine(step, f"unreadable ({type(error).__name__}: {str(error)[:300]})")
-        continue
-      self._check_belongs_here(meta, step)
-      try:
+        self._check_belongs_here(meta, step)  # raises: not a corruption
         state = self._manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract))).state
-      except Exception as error:  # noqa: BLE001
+      except CheckpointMismatch:
+        raise
+      except Exception as error:  # noqa: BLE001 -- any failure to read means unusable
         self._quarantine(step, f"unreadable ({type(error).__name__}: {str(error)[:300]})")
         continue
       if int(state.step) != step or meta.get("step") != step:

@@ -35,9 +35,13 @@ def _is_real(value) -> bool:
   return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _split_names(value) -> tuple[str, ...]:
+  return tuple(name.strip() for name in str(value).split(",") if name.strip())
+
+
 def model_names(config) -> tuple[str, ...]:
   """The model kinds listed in config.model (comma separated)."""
-  return tuple(name.strip() for name in str(config.model).split(",") if name.strip())
+  return _split_names(config.model)
 
 
 def _int_at_least(low: int) -> tuple[Callable, str]:
@@ -45,7 +49,7 @@ def _int_at_least(low: int) -> tuple[Callable, str]:
 
 
 def _models_ok(value) -> bool:
-  names = tuple(name.strip() for name in str(value).split(",") if name.strip())
+  names = _split_names(value)
   return bool(names) and all(n in MODELS for n in names) and len(set(names)) == len(names)
 
 

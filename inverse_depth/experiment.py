@@ -28,18 +28,11 @@ from absl import logging
 
 from inverse_depth import analysis, config as config_lib, report
 from inverse_depth.checkpoint import GridCheckpoints
+from inverse_depth.files import write_json_atomic, write_text_atomic
 from inverse_depth.train import GridTrainer
 
 RESULTS_FILE = "results.json"
 METRICS_FILE = "metrics.jsonl"
-
-
-def write_json_atomic(path: str, payload) -> None:
-  """Write JSON to a temporary file, then rename it over `path`."""
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(payload, f, indent=1)
-  os.replace(tmp, path)
 
 
 class Interrupted(RuntimeError):
@@ -122,10 +115,7 @@ def _drop_metrics_after(path: str, model: str, a: float, b: float, step: int) ->
 
   kept = [line.rstrip("\n") + "\n" for line in lines if line.strip() and keep(line)]
   if kept != lines:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-      f.writelines(kept)
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(kept))
 
 
 def train_grid(config, model: str, a: float, b: float, workdir: str,
@@ -254,15 +244,21 @@ class WorkdirConflict(RuntimeError):
   """The workdir holds results of a different config."""
 
 
+def _refuse_foreign_directory(workdir: str, advice: str) -> None:
+  """Raises WorkdirConflict for a non-empty directory without config.json."""
+  if (os.path.isdir(workdir) and os.listdir(workdir)
+      and not os.path.exists(os.path.join(workdir, "config.json"))):
+    raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
+                          f"experiment workdir. {advice}")
+
+
 def check_workdir(config_dict: dict, workdir: str) -> None:
   """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
   or a non-empty directory that is not an experiment workdir. Fields in
   config.RUNTIME_FIELDS may differ."""
+  _refuse_foreign_directory(workdir, "Choose a new --workdir.")
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
-    if os.path.isdir(workdir) and os.listdir(workdir):
-      raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
-                            "experiment workdir. Choose a new --workdir.")
     return
   with open(path) as f:
     saved = json.load(f)
@@ -282,9 +278,7 @@ def move_aside(workdir: str) -> str | None:
   deleted); refuses any other non-empty directory."""
   if not os.path.exists(workdir):
     return None
-  if not os.path.exists(os.path.join(workdir, "config.json")) and os.listdir(workdir):
-    raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
-                          "experiment workdir, so --start_over will not move it.")
+  _refuse_foreign_directory(workdir, "--start_over will not move it.")
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   destination = f"{os.path.normpath(workdir)}.replaced-{stamp}"
   os.rename(workdir, destination)
@@ -298,8 +292,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
   With `start_over`, an existing workdir is first moved aside (`move_aside`).
   Raises config.ConfigError or WorkdirConflict before anything is written,
   checkpoint.CheckpointMismatch when a checkpoint belongs to another config or
-  grid layout, and
-  Interrupted when SIGTERM/SIGINT stopped training (after a checkpoint).
+  grid layout, and Interrupted when SIGTERM/SIGINT stopped training (after a
+  checkpoint).
   """
   if jax.process_count() > 1:
     raise NotImplementedError("multi-process (jax.distributed) runs are not supported yet: "

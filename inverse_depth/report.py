@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from inverse_depth import analysis  # noqa: E402
+from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
 
 
 def _grid_label(fit: dict) -> str:
@@ -58,9 +59,9 @@ def plot_depth_scaling(results: dict, path: str) -> None:
 def _save_atomic(fig, path: str) -> None:
   """Saves a PNG to a temporary file, then renames it over `path`."""
   fig.tight_layout()
-  fig.savefig(path + ".tmp", dpi=120, format="png")
+  with atomic_path(path) as tmp:
+    fig.savefig(tmp, dpi=120, format="png")
   plt.close(fig)
-  os.replace(path + ".tmp", path)
 
 
 def plot_decomposition(results: dict, path: str) -> None:
@@ -191,7 +192,5 @@ def write_report(workdir: str) -> str:
   lines += ["", "## Figures", "", "![depth scaling](figures/depth_scaling.png)", "",
             "![decomposition](figures/decomposition.png)", ""]
   path = os.path.join(workdir, "report.md")
-  with open(path + ".tmp", "w") as f:
-    f.write("\n".join(lines))
-  os.replace(path + ".tmp", path)
+  write_text_atomic(path, "\n".join(lines))
   return path

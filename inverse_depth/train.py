@@ -160,8 +160,8 @@ class GridTrainer:
     self.data_key = data_key
     self.optimizer = make_optimizer(settings)
     self._layer_predictions = LAYER_PREDICTIONS[model]
-    self.state_shardings = self._shardings(jax.eval_shape(self._unplaced_init_state))
     self.replicated = NamedSharding(self.mesh, PartitionSpec())
+    self.state_shardings = self._shardings(jax.eval_shape(self._unplaced_init_state))
     self.train_chunk = jax.jit(self._train_chunk, donate_argnums=0,
                                in_shardings=(self.state_shardings,),
                                out_shardings=(self.state_shardings, self.replicated))
@@ -175,10 +175,9 @@ class GridTrainer:
     """Leaves under a "layer" key (parameters and their Adam moments, [S, T, ...]) are
     sharded along T; everything else is replicated."""
     layer = NamedSharding(self.mesh, PartitionSpec(None, LAYER_AXIS))
-    replicated = NamedSharding(self.mesh, PartitionSpec())
 
     def pick(path, _):
-      return layer if any(getattr(k, "key", None) == "layer" for k in path) else replicated
+      return layer if any(getattr(k, "key", None) == "layer" for k in path) else self.replicated
 
     return jax.tree_util.tree_map_with_path(pick, tree)
 
