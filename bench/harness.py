@@ -51,7 +51,8 @@ def grid_config(*, model: str, depths, num_seeds: int, d: int, P: int, N: int, b
   config = default_config.get_config()
   config.model, config.task, config.k = model, task, k
   config.depths, config.num_seeds = tuple(depths), num_seeds
-  config.d, config.P, config.N, config.batch_size = d, P, N, batch
+  config.sizes[config.model].update(d=d, P=P, N=N)
+  config.batch_size = batch
   config.eval_every = steps_per_call
   config.max_steps = 10 ** 9
   return config
@@ -60,9 +61,9 @@ def grid_config(*, model: str, depths, num_seeds: int, d: int, P: int, N: int, b
 def make_trainer(config, seeds=None) -> GridTrainer:
   """The trainer `experiments.run` would build for this config (spectrum a = b = 0)."""
   init, data, _, _ = jax.random.split(jax.random.key(config.seed), 4)
-  return GridTrainer(config.model, config_lib.problem(config, 0.0, 0.0), tuple(config.depths),
+  return GridTrainer(config.model, config_lib.problem(config, config.model, 0.0, 0.0), tuple(config.depths),
                      tuple(range(config.num_seeds)) if seeds is None else tuple(seeds),
-                     config_lib.train_settings(config), N=config.N,
+                     config_lib.train_settings(config), N=config_lib.width(config, config.model),
                      init_scales=config_lib.init_scales(config), init_key=init, data_key=data)
 
 

@@ -76,7 +76,9 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True) -> dict:
   With fit_floor=False, L0 = 0 (a pure power law). Several starting exponents
   are tried and the best fit kept. Returns L0, c, alpha with standard errors
   (from the Jacobian at the optimum; L0_se = 0 when L0 is fixed), r2 in log
-  space, and the data.
+  space, and the data. `resolved` is False when the fit does not determine a depth
+  dependence (a singular Jacobian, or c within two standard errors of 0); `verdict`
+  says so in words.
   """
   depths = np.asarray(depths, np.float64)
   losses = np.asarray(losses, np.float64)
@@ -113,10 +115,21 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True) -> dict:
     (log_c, alpha), (log_c_se, alpha_se) = best.x, se
     L0, L0_se = 0.0, 0.0
   c = float(np.exp(log_c))
-  return dict(L0=float(L0), L0_se=float(L0_se), c=c, c_se=float(c * log_c_se),
+  c_se = float(c * log_c_se)
+  resolved = bool(np.all(np.isfinite(se)) and c > 2 * c_se)
+  if resolved:
+    verdict = f"R_L = {L0:.4g} + {c:.3g} L^-{alpha:.3g}"
+  elif np.all(np.isfinite(se)):
+    verdict = (f"no depth dependence resolved: the depth term c = {c:.2g} is within two "
+               f"standard errors ({c_se:.2g}) of zero")
+  else:
+    verdict = ("no depth dependence resolved: the losses do not determine L0, c and alpha "
+               "(flat or too few depths); L0 is about the mean loss")
+  return dict(L0=float(L0), L0_se=float(L0_se), c=c, c_se=c_se,
               alpha=float(alpha), alpha_se=float(alpha_se),
               r2=_r_squared(log_losses, best.fun), fit_floor=bool(fit_floor),
-              depths=depths.tolist(), losses=losses.tolist())
+              resolved=resolved, verdict=verdict, depths=depths.tolist(),
+              losses=losses.tolist())
 
 
 def fit_gap(depths, shared_errors, L0: float) -> dict:

@@ -14,9 +14,9 @@ from typing import Callable
 import ml_collections
 
 from inverse_depth import tasks
-from inverse_depth.grid import InitScales
+from inverse_depth.grid import QK_INITS, InitScales
 from inverse_depth.models import MODELS
-from inverse_depth.train import Problem, TrainSettings
+from inverse_depth.train import OPTIMIZERS, SCHEDULES, Problem, TrainSettings
 
 
 class ConfigError(ValueError):
@@ -84,10 +84,14 @@ FIELDS: dict[str, tuple[Callable, str]] = {
                 "a, b >= 0"),
     "depths": (_depths_ok, "a non-empty list of distinct integers >= 1"),
     "num_seeds": _int_at_least(1),
-    "d": _int_at_least(1),
-    "P": _int_at_least(1),
-    "N": _int_at_least(1),
+    "sizes": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
+              and set(v.keys()) == set(MODELS),
+              f"one entry per model kind ({', '.join(MODELS)}), each with d, P, N"),
     "batch_size": _int_at_least(1),
+    "optimizer": (lambda v: v in OPTIMIZERS, f"one of {OPTIMIZERS}"),
+    "momentum": _real_in(0.0, 1.0, open_low=False, open_high=True),
+    "schedule": (lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
+    "depth_scaled_layer_lr": (lambda v: isinstance(v, bool), "True or False"),
     "learning_rate": _POSITIVE,
     "warmup_steps": _int_at_least(0),
     "max_steps": _int_at_least(1),
@@ -100,8 +104,13 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "val_size": _int_at_least(1),
     "eval_size": _int_at_least(1),
     "eval_chunk_size": _int_at_least(1),
+    "qk_init": (lambda v: v in QK_INITS, f"one of {QK_INITS}"),
     "qk_init_scale": _POSITIVE,
+    "qk_init_noise": _real_in(0.0, math.inf, open_low=False, open_high=True),
     "positive_gain": (lambda v: isinstance(v, bool), "True or False"),
+    "bound_samples": _int_at_least(0),
+    "outlier_factor": _real_in(1.0, math.inf, open_low=True, open_high=True),
+    "ensemble_control": (lambda v: isinstance(v, bool), "True or False"),
     "seed": (_is_int, "an integer"),
     "checkpoint_every": _int_at_least(1),
     "checkpoints_to_keep": _int_at_least(1),
@@ -127,10 +136,21 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for field, (ok, allowed) in FIELDS.items():
     if not ok(config[field]):
       _fail(field, config[field], allowed)
-  if config.N < config.d:
-    _fail("N", config.N, f"an integer >= d = {config.d}")
-  if config.task == "topk" and config.k > config.P:
-    _fail("k", config.k, f"an integer in [1, P = {config.P}] for the topk task")
+  for model in MODELS:
+    sizes = config.sizes[model]
+    unknown_sizes = sorted(set(sizes.keys()) - set(SIZE_FIELDS))
+    missing_sizes = [f for f in SIZE_FIELDS if f not in sizes]
+    if unknown_sizes or missing_sizes:
+      _fail(f"sizes.{model}", sizes.to_dict() if hasattr(sizes, "to_dict") else sizes,
+            f"exactly the fields {', '.join(SIZE_FIELDS)}")
+    for field in SIZE_FIELDS:
+      if not (_is_int(sizes[field]) and sizes[field] >= 1):
+        _fail(f"sizes.{model}.{field}", sizes[field], "an integer >= 1")
+    if sizes["N"] < sizes["d"]:
+      _fail(f"sizes.{model}.N", sizes["N"], f"an integer >= d = {sizes['d']}")
+    if config.task == "topk" and config.k > sizes["P"] and model in model_names(config):
+      _fail("k", config.k, f"an integer in [1, P = {sizes['P']}] (sizes.{model}.P) for the "
+            "topk task")
   for field in ("max_steps", "checkpoint_every"):
     if config[field] % config.eval_every:
       _fail(field, config[field], f"a multiple of eval_every = {config.eval_every}")
@@ -151,9 +171,19 @@ def config_hash(config_dict: dict) -> str:
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def problem(config, a: float, b: float) -> Problem:
-  return Problem(task=config.task, k=int(config.k), a=float(a), b=float(b), d=int(config.d),
-                 P=int(config.P))
+SIZE_FIELDS = ("d", "P", "N")  # per model kind: input dim, context length, hidden width
+
+
+def problem(config, model: str, a: float, b: float) -> Problem:
+  """The task, spectrum and sizes one grid of `model` learns."""
+  sizes = config.sizes[model]
+  return Problem(task=config.task, k=int(config.k), a=float(a), b=float(b), d=int(sizes["d"]),
+                 P=int(sizes["P"]))
+
+
+def width(config, model: str) -> int:
+  """Hidden width N of `model`."""
+  return int(config.sizes[model]["N"])
 
 
 def train_settings(config) -> TrainSettings:
@@ -162,8 +192,11 @@ def train_settings(config) -> TrainSettings:
       warmup_steps=config.warmup_steps, max_steps=config.max_steps,
       eval_every=config.eval_every, rel_tol=config.rel_tol, patience=config.patience,
       lr_decay_factor=config.lr_decay_factor, max_lr_decays=config.max_lr_decays,
-      divergence_loss=config.divergence_loss)
+      divergence_loss=config.divergence_loss, optimizer=config.optimizer,
+      momentum=config.momentum, schedule=config.schedule,
+      depth_scaled_layer_lr=config.depth_scaled_layer_lr)
 
 
 def init_scales(config) -> InitScales:
-  return InitScales(qk_scale=config.qk_init_scale, positive_gain=config.positive_gain)
+  return InitScales(qk_scale=config.qk_init_scale, positive_gain=config.positive_gain,
+                    qk_init=config.qk_init, qk_noise=config.qk_init_noise)

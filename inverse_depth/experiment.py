@@ -26,7 +26,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from inverse_depth import analysis, config as config_lib, report
+from inverse_depth import analysis, config as config_lib, report, theory
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.files import write_json_atomic, write_text_atomic
 from inverse_depth.train import GridTrainer
@@ -82,8 +82,38 @@ def _root_keys(seed: int) -> dict[str, jax.Array]:
   return dict(init=init, data=data, val=val, eval=evaluation)
 
 
+ENSEMBLE_SUFFIX = "-ensemble"
+THEORY_STREAM = 5  # fold_in index of the theory bounds' key (the four streams above are split)
+
+
 def grid_name(model: str, a: float, b: float) -> str:
   return f"{model}_a{float(a):g}_b{float(b):g}"
+
+
+def theory_bound(config, model: str, a: float, b: float) -> dict | None:
+  """The bound a grid of `model` is judged against, or None with bound_samples = 0.
+
+  softmax: `theory.softmax_bound` (best single cosine-attention layer and best mixture);
+  linear: `theory.linear_floor` of the deepest covariance polynomial of the grid.
+  """
+  if not config.bound_samples:
+    return None
+  key = jax.random.fold_in(jax.random.key(config.seed), THEORY_STREAM)
+  problem = config_lib.problem(config, model, a, b)
+  sizes = dict(d=problem.d, P=problem.P, a=problem.a, b=problem.b, k=problem.k,
+               task=problem.task, num_samples=config.bound_samples)
+  if model == "softmax":
+    bound = theory.softmax_bound(key, **sizes)
+    return dict(kind="softmax_bound", reference=bound["single"],
+                reference_se=bound["single_se"], **_jsonable(bound))
+  floor = theory.linear_floor(key, depth=max(config.depths), **sizes)
+  return dict(kind="linear_floor", reference=floor["floor"], reference_se=floor["floor_se"],
+              depth=max(config.depths), **_jsonable(floor))
+
+
+def _jsonable(values: dict) -> dict:
+  return {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
+          for k, v in values.items()}
 
 
 PLATEAU_FRACTION = 0.9
@@ -118,25 +148,36 @@ def _drop_metrics_after(path: str, model: str, a: float, b: float, step: int) ->
     write_text_atomic(path, "".join(kept))
 
 
-def train_grid(config, model: str, a: float, b: float, workdir: str,
-               stop: StopSignals) -> dict:
+def train_grid(config, model: str, a: float, b: float, workdir: str, stop: StopSignals, *,
+               ensemble: bool = False, bound: dict | None = None) -> dict:
   """Trains (or resumes) one grid and evaluates it.
 
-  Returns {"runs": one record per (seed, depth) model, "train_time_s", "wall_time_s"}.
+  With `ensemble`, the grid is the ensemble control of a `model` grid: per seed,
+  max(depths) one-layer models (independent initialisations, the seed's training
+  stream), reported at each depth L as the average of the first L of them.
+  Returns {"runs": one record per (seed, depth) model, "paired_differences",
+  "bound", "train_time_s", "wall_time_s"}.
   """
   keys = _root_keys(config.seed)
-  problem = config_lib.problem(config, a, b)
-  trainer = GridTrainer(model, problem, tuple(config.depths), tuple(range(config.num_seeds)),
-                        config_lib.train_settings(config), N=config.N,
+  problem = config_lib.problem(config, model, a, b)
+  depths = (1,) * max(config.depths) if ensemble else tuple(config.depths)
+  trainer = GridTrainer(model, problem, depths, tuple(range(config.num_seeds)),
+                        config_lib.train_settings(config), N=config_lib.width(config, model),
                         init_scales=config_lib.init_scales(config), init_key=keys["init"],
                         data_key=keys["data"])
   sample = jax.jit(problem.sample, static_argnums=1)
   val_set = sample(keys["val"], config.val_size)
-  state, train_time_s = _train_resumably(config, trainer, grid_name(model, a, b), val_set,
+  label = model + ENSEMBLE_SUFFIX if ensemble else model
+  state, train_time_s = _train_resumably(config, trainer, grid_name(label, a, b), val_set,
                                          workdir, stop)
   eval_start = time.time()
-  runs = _run_records(config, trainer, state, sample(keys["eval"], config.eval_size))
-  return dict(runs=runs, train_time_s=train_time_s,
+  if ensemble:
+    views = [(L, slice(0, L), list(range(L))) for L in config.depths]
+  else:
+    views = [(L, trainer.layout.layer_slice(m), [m]) for m, L in enumerate(config.depths)]
+  runs, paired = _run_records(config, trainer, state, sample(keys["eval"], config.eval_size),
+                              label, views, bound)
+  return dict(runs=runs, paired_differences=paired, bound=bound, train_time_s=train_time_s,
               wall_time_s=train_time_s + time.time() - eval_start)
 
 
@@ -179,56 +220,115 @@ def _train_resumably(config, trainer: GridTrainer, name: str, val_set, workdir: 
   return state, train_time_s
 
 
-def _run_records(config, trainer: GridTrainer, state, eval_set) -> list[dict]:
-  """One results.json run record per (seed, depth) model, from held-out predictions."""
+def _run_records(config, trainer: GridTrainer, state, eval_set, label: str, views,
+                 bound: dict | None) -> tuple[list[dict], list[dict]]:
+  """One results.json run record per (seed, depth) model, from held-out predictions, and
+  the paired differences of consecutive depths (`paired_differences`).
+
+  `views` lists, per reported depth L, the packed layers whose predictors form the model
+  (a slice) and the trained grid models they belong to (for the bookkeeping fields).
+  """
   layer_preds_STE = trainer.predict(state.params, eval_set, config.eval_chunk_size)
-  target_E = np.asarray(eval_set.target_B)
+  target_E = np.asarray(eval_set.target_B, np.float64)
   plateau_loss = uniform_attention_loss(eval_set)
+  squared_errors_SDE = np.stack([
+      [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
+       for _, layers, _ in views] for s in range(len(trainer.seeds))])
   runs = []
   for s, seed in enumerate(trainer.seeds):
-    for m, depth in enumerate(config.depths):
-      parts = analysis.decompose(layer_preds_STE[s, trainer.layout.layer_slice(m)], target_E)
+    for i, (depth, layers, members) in enumerate(views):
+      parts = analysis.decompose(layer_preds_STE[s, layers], target_E)
       runs.append(dict(
-          model=trainer.model, task=config.task, k=config.k, a=trainer.problem.a,
-          b=trainer.problem.b, depth=depth, seed=seed, eval_loss=parts["R"], A=parts["A"],
-          C=parts["C"], disagreement=parts["disagreement"],
+          model=label, task=config.task, k=config.k, a=trainer.problem.a,
+          b=trainer.problem.b, d=trainer.problem.d, P=trainer.problem.P, N=trainer.N,
+          depth=depth, seed=seed, eval_loss=parts["R"],
+          eval_loss_se=float(squared_errors_SDE[s, i].std() / np.sqrt(target_E.size)),
+          A=parts["A"], C=parts["C"], disagreement=parts["disagreement"],
           identity_residual=parts["identity_residual"],
-          diverged=bool(state.diverged_SM[s, m]),
-          diverged_at_step=int(state.diverged_at_step_SM[s, m]),
-          converged=bool(state.converged_SM[s, m]), steps=int(state.steps_trained_SM[s, m]),
-          final_lr_scale=float(state.lr_scale_SM[s, m]),
+          diverged=bool(state.diverged_SM[s, members].any()),
+          diverged_at_step=int(state.diverged_at_step_SM[s, members].max()),
+          converged=bool(state.converged_SM[s, members].all()),
+          steps=int(state.steps_trained_SM[s, members].max()),
+          final_lr_scale=float(state.lr_scale_SM[s, members].mean()),
           uniform_attention_loss=plateau_loss,
           on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
           target_second_moment=float(np.mean(target_E ** 2))))
-  return runs
+  flag_outliers(runs, None if bound is None else bound["reference"], config.outlier_factor)
+  clean_SD = np.array([[not (r["diverged"] or r["flagged"]) for r in runs[s * len(views):
+                                                                         (s + 1) * len(views)]]
+                       for s in range(len(trainer.seeds))])
+  return runs, paired_differences([L for L, _, _ in views], squared_errors_SDE, clean_SD)
 
 
-def non_monotone_depths(depths, means, errors, rel_tol: float = 0.01) -> list[int]:
-  """Depths whose mean loss rises above the previous depth's by more than noise.
+def flag_outliers(runs: list[dict], reference: float | None, factor: float) -> None:
+  """Sets `flagged` (and `flag_reason`) on each run record in place.
 
-  Noise is max(2 x the combined standard error of the two means, rel_tol x loss).
+  A model is flagged when its loss exceeds `factor` x the median loss of its depth peers
+  (the other seeds), or `factor` x the theory `reference` (the single-layer bound of a
+  softmax grid, the linear floor of a linear one). Flagged models are kept out of the
+  means, the fits and the monotonicity check; the report names them.
   """
-  bad = []
+  for r in runs:
+    peers = [p["eval_loss"] for p in runs if p["depth"] == r["depth"] and not p["diverged"]]
+    reasons = []
+    if not r["diverged"] and r["eval_loss"] > factor * float(np.median(peers)):
+      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the median of its depth "
+                     f"({float(np.median(peers)):.4g})")
+    if not r["diverged"] and reference is not None and r["eval_loss"] > factor * reference:
+      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the theory bound ({reference:.4g})")
+    r["flagged"] = bool(reasons)
+    r["flag_reason"] = "; ".join(reasons)
+
+
+def paired_differences(depths, squared_errors_SDE: np.ndarray, clean_SD: np.ndarray) -> list:
+  """R_L - R_L' of consecutive depths on the shared evaluation set, with its standard error
+  over contexts: per context the squared-error difference averaged over the seeds where
+  both models are clean, then mean and std / sqrt(contexts). Seed-to-seed spread (which
+  one stuck seed inflates) does not enter."""
+  out = []
   for i in range(1, len(depths)):
-    noise = max(2 * np.hypot(np.nan_to_num(errors[i]), np.nan_to_num(errors[i - 1])),
-                rel_tol * means[i - 1])
-    if means[i] - means[i - 1] > noise:
-      bad.append(depths[i])
-  return bad
+    both = clean_SD[:, i] & clean_SD[:, i - 1]
+    if not both.any():
+      out.append(dict(depth=depths[i], previous=depths[i - 1], difference=float("nan"),
+                      se=float("nan"), seeds=0))
+      continue
+    per_context = (squared_errors_SDE[both, i] - squared_errors_SDE[both, i - 1]).mean(axis=0)
+    out.append(dict(depth=depths[i], previous=depths[i - 1],
+                    difference=float(per_context.mean()),
+                    se=float(per_context.std() / np.sqrt(per_context.size)),
+                    seeds=int(both.sum())))
+  return out
 
 
-def fit_grid(runs: list[dict]) -> dict:
-  """The fit record of one grid (model, task, spectrum) from its run records."""
+def non_monotone_depths(paired: list[dict], num_se: float = 2.0) -> list[int]:
+  """Depths whose loss rises above the previous depth's by more than `num_se` paired
+  standard errors (SPEC 7: a converged parallel model has R_2L <= R_L)."""
+  return [p["depth"] for p in paired
+          if np.isfinite(p["difference"]) and p["difference"] > num_se * p["se"]]
+
+
+def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
+             bound: dict | None = None) -> dict:
+  """The fit record of one grid (model, task, spectrum) from its run records.
+
+  Diverged and flagged models are left out of the means and the fit.
+  """
   first = runs[0]
-  depths, losses, loss_se = analysis.seed_means(runs, "eval_loss")
-  _, shared, _ = analysis.seed_means(runs, "C")
+  clean = [r for r in runs if not (r["diverged"] or r.get("flagged", False))]
+  depths, losses, loss_se = analysis.seed_means(clean, "eval_loss")
+  _, shared, _ = analysis.seed_means(clean, "C")
   keep = [i for i, loss in enumerate(losses) if np.isfinite(loss)]
+  paired = paired_differences or []
   fit = dict(model=first["model"], task=first["task"], k=first["k"], a=first["a"],
              b=first["b"], loss_se=loss_se, shared_error=shared,
              excluded_diverged=[dict(depth=r["depth"], seed=r["seed"],
                                      step=r["diverged_at_step"]) for r in runs if r["diverged"]],
-             non_monotone_depths=non_monotone_depths(depths, losses, loss_se),
+             flagged=[dict(depth=r["depth"], seed=r["seed"], eval_loss=r["eval_loss"],
+                           reason=r["flag_reason"]) for r in runs if r.get("flagged")],
+             paired_differences=paired, non_monotone_depths=non_monotone_depths(paired),
+             bound=bound,
              all_converged=all(r["converged"] for r in runs if not r["diverged"]))
+  fit["clean"] = not fit["flagged"] and not fit["excluded_diverged"]
   if len(keep) >= 2:
     fit.update(analysis.fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
                                           fit_floor=first["task"] == "topk"))
@@ -236,8 +336,38 @@ def fit_grid(runs: list[dict]) -> dict:
   else:
     nan = float("nan")
     fit.update(L0=nan, L0_se=nan, c=nan, c_se=nan, alpha=nan, alpha_se=nan, r2=nan,
-               depths=depths, losses=losses, gap_fit=None)
+               depths=depths, losses=losses, gap_fit=None, resolved=False,
+               verdict="fewer than two depths with a clean model: nothing to fit")
   return fit
+
+
+def grid_plan(config) -> list[tuple[str, float, float, bool]]:
+  """(model kind, a, b, is the ensemble control) of every grid, in training order."""
+  plan = []
+  for model in config_lib.model_names(config):
+    for a, b in config.spectra:
+      plan.append((model, float(a), float(b), False))
+      if config.ensemble_control and model == "softmax":
+        plan.append((model, float(a), float(b), True))
+  return plan
+
+
+def _cached_bound(config, model: str, a: float, b: float, workdir: str) -> dict | None:
+  """theory_bound, computed once per workdir (bounds/<grid>.json) and shared by a grid and
+  its ensemble control."""
+  path = os.path.join(workdir, "bounds", grid_name(model, a, b) + ".json")
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  start = time.time()
+  bound = theory_bound(config, model, a, b)
+  if bound is not None:
+    logging.info("[%s] theory bound %.4g (+- %.2g) from %d contexts in %.0f s",
+                 grid_name(model, a, b), bound["reference"], bound["reference_se"],
+                 config.bound_samples, time.time() - start)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json_atomic(path, bound)
+  return bound
 
 
 class WorkdirConflict(RuntimeError):
@@ -245,7 +375,10 @@ class WorkdirConflict(RuntimeError):
 
 
 def _refuse_foreign_directory(workdir: str, advice: str) -> None:
-  """Raises WorkdirConflict for a non-empty directory without config.json."""
+  """Raises WorkdirConflict for a path that is not a directory, or a non-empty directory
+  without config.json."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirConflict(f"--workdir {workdir} exists and is not a directory. {advice}")
   if (os.path.isdir(workdir) and os.listdir(workdir)
       and not os.path.exists(os.path.join(workdir, "config.json"))):
     raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
@@ -307,22 +440,22 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
   write_json_atomic(os.path.join(workdir, "config.json"), config_dict)
   all_runs, fits, grid_times, trained = [], [], [], []
   with StopSignals() as stop:
-    for model in config_lib.model_names(config):
-      for a, b in config.spectra:
-        name = grid_name(model, a, b)
-        grid_path = os.path.join(workdir, "grids", name + ".json")
-        if os.path.exists(grid_path):
-          logging.info("Grid %s already done; loading %s", name, grid_path)
-          with open(grid_path) as f:
-            grid = json.load(f)
-        else:
-          stop.check(f"before grid {name}")
-          grid = train_grid(config, model, a, b, workdir, stop)
-          write_json_atomic(grid_path, grid)
-          trained.append(name)
-        all_runs.extend(grid["runs"])
-        fits.append(fit_grid(grid["runs"]))
-        grid_times.append(grid["wall_time_s"])
+    for model, a, b, ensemble in grid_plan(config):
+      name = grid_name(model + ENSEMBLE_SUFFIX if ensemble else model, a, b)
+      grid_path = os.path.join(workdir, "grids", name + ".json")
+      if os.path.exists(grid_path):
+        logging.info("Grid %s already done; loading %s", name, grid_path)
+        with open(grid_path) as f:
+          grid = json.load(f)
+      else:
+        stop.check(f"before grid {name}")
+        bound = _cached_bound(config, model, a, b, workdir)
+        grid = train_grid(config, model, a, b, workdir, stop, ensemble=ensemble, bound=bound)
+        write_json_atomic(grid_path, grid)
+        trained.append(name)
+      all_runs.extend(grid["runs"])
+      fits.append(fit_grid(grid["runs"], grid["paired_differences"], grid["bound"]))
+      grid_times.append(grid["wall_time_s"])
   if not trained:
     logging.info("Every grid was already finished: results regenerated without training.")
   results = dict(runs=all_runs, fits=fits, config=config_dict,

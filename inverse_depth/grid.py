@@ -66,14 +66,22 @@ class GridLayout:
 class InitScales:
   """Standard deviations of the Gaussian initialisation (SPEC section 5 choices).
 
-  W_x ~ N(0, 1/d), W_y ~ N(0, 1), W_v and W_o ~ N(0, 1/N), and
-  W_q, W_k ~ N(0, qk_scale^2 / N). With `positive_gain` the sign of W_o is
-  flipped where the value-readout gain g = W_o W_v W_y starts negative
-  (SPEC section 7: models starting with g < 0 stay on the uniform-attention
-  plateau).
+  W_x ~ N(0, 1/d), W_y ~ N(0, 1), W_v and W_o ~ N(0, 1/N). Query and key
+  weights (`qk_init`): "random" draws W_q, W_k ~ N(0, qk_scale^2 / N);
+  "identity" starts every layer near the identity, W_q, W_k = qk_scale I +
+  qk_noise N(0, 1) (the start of the reference code of Bordelon et al.): all
+  layers then score by the same cosine of the normalised inputs, with logit
+  ~ qk_scale^2 N cos. With `positive_gain` the sign of W_o is flipped where the
+  value-readout gain g = W_o W_v W_y starts negative (SPEC section 7: models
+  starting with g < 0 stay on the uniform-attention plateau).
   """
   qk_scale: float = 1.0
   positive_gain: bool = True
+  qk_init: str = "random"  # one of QK_INITS
+  qk_noise: float = 0.01  # "identity" only
+
+
+QK_INITS = ("random", "identity")
 
 
 def init_model(key: jax.Array, depth: int, *, d: int, N: int,
@@ -86,24 +94,36 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int,
   W_o = jax.random.normal(k_o, (N,)) / np.sqrt(N)
   if scales.positive_gain:
     W_o = W_o * jnp.sign(W_o @ W_v @ W_y)
-  qk_std = scales.qk_scale / np.sqrt(N)
-  W_q = jax.random.normal(k_q, (depth, N, N)) * qk_std
-  W_k = jax.random.normal(k_k, (depth, N, N)) * qk_std
+  if scales.qk_init == "identity":
+    identity = scales.qk_scale * jnp.eye(N)
+    W_q = identity + scales.qk_noise * jax.random.normal(k_q, (depth, N, N))
+    W_k = identity + scales.qk_noise * jax.random.normal(k_k, (depth, N, N))
+  elif scales.qk_init == "random":
+    qk_std = scales.qk_scale / np.sqrt(N)
+    W_q = jax.random.normal(k_q, (depth, N, N)) * qk_std
+    W_k = jax.random.normal(k_k, (depth, N, N)) * qk_std
+  else:
+    raise ValueError(f"qk_init={scales.qk_init!r}; allowed {QK_INITS}")
   return dict(W_x=W_x, W_y=W_y, W_v=W_v, W_o=W_o), dict(W_q=W_q, W_k=W_k)
 
 
-def model_key(root_key: jax.Array, seed: int, depth: int) -> jax.Array:
-  """The init key of model (seed, depth): independent of the rest of the grid."""
-  return jax.random.fold_in(jax.random.fold_in(root_key, seed), depth)
+def model_key(root_key: jax.Array, seed: int, depth: int, member: int = 0) -> jax.Array:
+  """The init key of model (seed, depth): independent of the rest of the grid. `member`
+  numbers the models of equal depth in one layout (an ensemble of one-layer models); member
+  0 is the model a grid with unique depths holds."""
+  key = jax.random.fold_in(jax.random.fold_in(root_key, seed), depth)
+  return jax.random.fold_in(key, member) if member else key
 
 
 def init_grid(root_key: jax.Array, layout: GridLayout, seeds: tuple[int, ...], *, d: int,
               N: int, scales: InitScales) -> Params:
   """Parameters of all (seed, depth) models: model leaves [S, M, ...], layer leaves [S, T, ...]."""
+  members = [layout.depths[:m].count(depth) for m, depth in enumerate(layout.depths)]
   per_seed = []
   for seed in seeds:
-    models = [init_model(model_key(root_key, seed, depth), depth, d=d, N=N, scales=scales)
-              for depth in layout.depths]
+    models = [init_model(model_key(root_key, seed, depth, member), depth, d=d, N=N,
+                         scales=scales)
+              for depth, member in zip(layout.depths, members)]
     per_seed.append({
         "model": jax.tree.map(lambda *xs: jnp.stack(xs), *[m for m, _ in models]),
         "layer": jax.tree.map(lambda *xs: jnp.concatenate(xs), *[l for _, l in models]),

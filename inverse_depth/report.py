@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from inverse_depth import analysis  # noqa: E402
+from inverse_depth import analysis, paper  # noqa: E402
 from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
 
 
@@ -27,8 +27,13 @@ def _runs_of(results: dict, fit: dict) -> list[dict]:
   return [r for r in results["runs"] if all(r[f] == fit[f] for f in ("model", "task", "k", "a", "b"))]
 
 
+def _clean(runs: list[dict]) -> list[dict]:
+  """Runs that enter means and fits: neither diverged nor flagged."""
+  return [r for r in runs if not (r["diverged"] or r.get("flagged", False))]
+
+
 def _by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
-  depths, means, _ = analysis.seed_means(runs, field)
+  depths, means, _ = analysis.seed_means(_clean(runs), field)
   return np.array(depths), np.array(means)
 
 
@@ -47,11 +52,20 @@ def plot_depth_scaling(results: dict, path: str) -> None:
         ax.plot(r["depth"], r["eval_loss"], ".", color=color, alpha=0.35)
     depths, losses = _by_depth(runs, "eval_loss")
     ax.plot(depths, losses, "o", color=color, label=_grid_label(fit))
-    if np.isfinite(fit["alpha"]):
+    if fit.get("resolved", np.isfinite(fit["alpha"])):
       dense = np.geomspace(depths.min(), depths.max(), 100)
       ax.plot(dense, _fit_curve(fit, dense), "-", color=color, alpha=0.8,
               label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
-  ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L")
+    bound = fit.get("bound")
+    if bound and bound["kind"] == "softmax_bound" and not fit["model"].endswith("ensemble"):
+      ax.axhline(bound["single"], color=color, ls="--", lw=1,
+                 label=f"best single cosine layer {bound['single']:.4g}")
+      ax.axhline(bound["mixture"], color=color, ls=":", lw=1,
+                 label=f"best mixture of cosine layers {bound['mixture']:.4g}")
+    elif bound and bound["kind"] == "linear_floor":
+      ax.axhline(bound["floor"], color=color, ls="--", lw=1,
+                 label=f"linear floor theory {bound['floor']:.4g}")
+  ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (clean models)")
   ax.legend(fontsize=7)
   _save_atomic(fig, path)
 
@@ -76,7 +90,13 @@ def plot_decomposition(results: dict, path: str) -> None:
     ax.plot(depths, R, "o-", label="R_L")
     ax.plot(depths, C, "s-", label="C_L (shared)")
     ax.plot(depths, D, "^-", label="A_L - C_L (disagreement)")
-    ax.set(xscale="log", yscale="log", xlabel="depth L", title=_grid_label(fit))
+    values = np.concatenate([R, C, D])
+    values = values[np.isfinite(values)]
+    all_positive = values.size > 0 and np.all(values > 0)  # C_L < 0 is possible
+    ax.set(xscale="log" if values.size else "linear",
+           yscale="log" if all_positive else ("symlog" if values.size else "linear"),
+           xlabel="depth L",
+           title=_grid_label(fit))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
   _save_atomic(fig, path)
@@ -91,6 +111,11 @@ def checks(results: dict) -> list[tuple[bool, str]]:
   lines.append((converged == len(live) and len(live) == len(runs),
                 f"{converged}/{len(runs)} models converged by the stated rule "
                 f"({len(runs) - len(live)} diverged)."))
+  flagged = [r for r in runs if r.get("flagged")]
+  lines.append((not flagged, "The run is clean: no model flagged." if not flagged else
+                f"The run is NOT clean: {len(flagged)} models flagged and kept out of the means "
+                "and fits: " + "; ".join(f"{r['model']} L={r['depth']} seed {r['seed']} "
+                                         f"({r['flag_reason']})" for r in flagged) + "."))
   stuck = [f"{r['model']} L={r['depth']} seed {r['seed']}" for r in live if r["on_plateau"]]
   lines.append((not stuck, f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
                 f"0.9 x the best uniform-attention predictor){': ' + ', '.join(stuck) if stuck else '.'}"))
@@ -98,36 +123,17 @@ def checks(results: dict) -> list[tuple[bool, str]]:
   lines.append((worst_residual < 1e-6,
                 f"Identity R = C + (A - C)/L holds to a relative {worst_residual:.1e} (float64 "
                 "analysis of float32 predictions)."))
-  by_model = {}
+  by_problem = {}
   for fit in results["fits"]:
-    by_model.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
-  for key, fits in by_model.items():
+    by_problem.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
+  for fits in by_problem.values():
     soft, lin = fits.get("softmax"), fits.get("linear")
-    if soft is not None:
-      label = _grid_label(soft)
-      lines.append((not soft["non_monotone_depths"],
-                    f"{label}: loss monotone in depth within seed noise"
-                    + (f"; rises at depths {soft['non_monotone_depths']} (SPEC 7: a rise means "
-                       "under-training)" if soft["non_monotone_depths"] else ".")))
-      losses = soft["losses"]
-      if len(losses) >= 2:
-        drop = 1 - losses[-1] / losses[0]
-        keeps_falling = drop > 0.1 and losses[-1] < losses[-2]
-        lines.append((keeps_falling,
-                      f"{label}: loss keeps falling with depth (needs > 10% from L="
-                      f"{soft['depths'][0]:g} to L={soft['depths'][-1]:g} and a fall at the last "
-                      f"depth): measured {100 * drop:.1f}%, last step {losses[-2]:.4g} -> "
-                      f"{losses[-1]:.4g}; fitted alpha = {soft['alpha']:.2f} +- "
-                      f"{soft['alpha_se']:.2g} (paper: ~1)."))
-    if lin is not None and len(lin["losses"]) >= 3:
-      label = _grid_label(lin)
-      losses = np.array(lin["losses"])
-      tail_change = abs(losses[1] - losses[-1]) / losses[-1]
-      lines.append((tail_change < 0.05,
-                    f"{label}: loss flattens after one or two layers (change from "
-                    f"L={lin['depths'][1]:g} to L={lin['depths'][-1]:g}: "
-                    f"{100 * tail_change:.1f}%)."))
-    if soft is not None and lin is not None:
+    for fit in (soft, fits.get("softmax-ensemble")):
+      if fit is not None:
+        lines += _softmax_checks(fit)
+    if lin is not None:
+      lines += _linear_checks(lin)
+    if soft is not None and lin is not None and soft["losses"] and lin["losses"]:
       ratio = soft["losses"][-1] / lin["losses"][-1]
       lines.append((ratio < 0.5,
                     f"{_grid_label(soft)}: deepest softmax loss is {ratio:.2f}x the deepest "
@@ -136,21 +142,82 @@ def checks(results: dict) -> list[tuple[bool, str]]:
   return lines
 
 
+def _monotone_check(fit: dict) -> tuple[bool, str]:
+  label = _grid_label(fit)
+  bad = fit["non_monotone_depths"]
+  steps = ", ".join(f"{p['previous']}->{p['depth']}: {p['difference']:+.4f} +- {p['se']:.4f}"
+                    for p in fit.get("paired_differences", []))
+  return (not bad, f"{label}: loss monotone in depth within 2 paired standard errors "
+          f"(R_L - R_L' on the shared evaluation set: {steps or 'n/a'})"
+          + (f"; rises at depths {bad} (SPEC 7: for parallel models a rise means "
+             "under-training)" if bad else "."))
+
+
+def _softmax_checks(fit: dict) -> list[tuple[bool, str]]:
+  label = _grid_label(fit)
+  lines = [_monotone_check(fit)]
+  bound = fit.get("bound")
+  losses = fit["losses"]
+  if bound and fit["depths"] and fit["depths"][0] == 1:
+    excess = losses[0] / bound["single"] - 1
+    lines.append((excess < 0.1, f"{label}: R_1 = {losses[0]:.4g} is {100 * excess:+.1f}% from the "
+                  f"best single cosine-attention layer {bound['single']:.4g} +- "
+                  f"{bound['single_se']:.2g} (needs < +10%)."))
+  if not fit.get("resolved", True):
+    lines.append((False, f"{label}: {fit.get('verdict', 'fit not resolved')}."))
+  elif len(losses) >= 2:
+    in_law = 0.7 <= fit["alpha"] <= 1.3 and fit["r2"] >= 0.99
+    lines.append((in_law, f"{label}: {fit['verdict']} (alpha {fit['alpha']:.2f} +- "
+                  f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f}; the paper's law needs alpha in "
+                  "[0.7, 1.3] and R^2 >= 0.99)."))
+  target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
+  if target is not None and np.isfinite(fit["L0"]):
+    off = fit["L0"] / target - 1
+    lines.append((abs(off) < 0.05, f"{label}: fitted L0 = {fit['L0']:.4g} is {100 * off:+.1f}% "
+                  f"from the paper's Table 1 floor {target:.4g} (needs within 5%)."))
+  return lines
+
+
+def _linear_checks(fit: dict) -> list[tuple[bool, str]]:
+  label = _grid_label(fit)
+  lines = []
+  losses = np.array(fit["losses"])
+  if len(losses) >= 3:
+    tail_change = abs(losses[1] - losses[-1]) / losses[-1]
+    lines.append((tail_change < 0.05,
+                  f"{label}: loss flattens after one or two layers (change from "
+                  f"L={fit['depths'][1]:g} to L={fit['depths'][-1]:g}: "
+                  f"{100 * tail_change:.1f}%)."))
+  bound = fit.get("bound")
+  if bound and len(losses):
+    off = losses[-1] / bound["floor"] - 1
+    lines.append((abs(off) < 0.03, f"{label}: deepest trained loss {losses[-1]:.4g} is "
+                  f"{100 * off:+.1f}% from the theory floor T - h^T G^+ h = {bound['floor']:.4g} "
+                  f"+- {bound['floor_se']:.2g} (depth {bound['depth']}; needs within 3%)."))
+  return lines
+
+
 def _table(results: dict, fit: dict) -> list[str]:
+  """Per depth: means over clean seeds of R, A, C, A - C, with the seed spread of R."""
   runs = _runs_of(results, fit)
-  rows = ["| depth | R_L (mean +- se) | A_L | C_L | A_L - C_L | max abs identity residual "
-          "| steps | converged | diverged |", "|---|---|---|---|---|---|---|---|---|"]
-  for i, depth in enumerate(sorted({r["depth"] for r in runs})):
+  rows = ["| depth | R_L (mean +- seed se) | A_L | C_L | A_L - C_L | max abs identity residual "
+          "| steps | converged | flagged | diverged |", "|---|---|---|---|---|---|---|---|---|---|"]
+  for depth in sorted({r["depth"] for r in runs}):
     everyone = [r for r in runs if r["depth"] == depth]
-    at = [r for r in everyone if not r["diverged"]]
+    at = _clean(everyone)
+
     def mean(field):
       return np.mean([r[field] for r in at]) if at else float("nan")
+
+    spread = (np.std([r["eval_loss"] for r in at], ddof=1) / np.sqrt(len(at))
+              if len(at) > 1 else float("nan"))
     rows.append(
-        f"| {depth} | {mean('eval_loss'):.4g} +- {fit['loss_se'][i]:.2g} | {mean('A'):.4g} | "
+        f"| {depth} | {mean('eval_loss'):.4g} +- {spread:.2g} | {mean('A'):.4g} | "
         f"{mean('C'):.4g} | {mean('disagreement'):.4g} | "
         f"{max(abs(r['identity_residual']) for r in at) if at else float('nan'):.1e} | "
         f"{int(np.mean([r['steps'] for r in at])) if at else 0} | "
         f"{sum(r['converged'] for r in at)}/{len(everyone)} | "
+        f"{sum(r.get('flagged', False) for r in everyone)}/{len(everyone)} | "
         f"{sum(r['diverged'] for r in everyone)}/{len(everyone)} |")
   return rows
 
@@ -164,8 +231,12 @@ def write_report(workdir: str) -> str:
   plot_depth_scaling(results, os.path.join(workdir, "figures", "depth_scaling.png"))
   plot_decomposition(results, os.path.join(workdir, "figures", "decomposition.png"))
   lines = ["# inverse-depth report", "",
-           f"d={config['d']}, P={config['P']}, N={config['N']}, depths {config['depths']}, "
-           f"{config['num_seeds']} seeds, batch {config['batch_size']}, eval set "
+           "; ".join(f"{model} d={config['sizes'][model]['d']}, P={config['sizes'][model]['P']}, "
+                     f"N={config['sizes'][model]['N']}"
+                     for model in sorted({f['model'].split('-')[0] for f in results['fits']}))
+           + f"; depths {config['depths']}, {config['num_seeds']} seeds, batch "
+           f"{config['batch_size']}, {config['optimizer']} lr {config['learning_rate']:g} "
+           f"({config['schedule']} schedule), qk init {config['qk_init']}, eval set "
            f"{config['eval_size']} contexts; {results['wall_time_s']:.0f} s on "
            f"{results['num_devices']} {results['backend']} device(s).", "",
            "## Checks against the paper", ""]
@@ -179,11 +250,32 @@ def write_report(workdir: str) -> str:
     gap = fit.get("gap_fit")
     gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}"
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
-    lines.append(f"| {_grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
-                 f"{fit['c']:.4g} +- {fit['c_se']:.2g} | {fit['alpha']:.3f} +- "
-                 f"{fit['alpha_se']:.3f} | {fit['r2']:.4f} | {gap_text} |")
+    if fit.get("resolved", True):
+      lines.append(f"| {_grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
+                   f"{fit['c']:.4g} +- {fit['c_se']:.2g} | {fit['alpha']:.3f} +- "
+                   f"{fit['alpha_se']:.3f} | {fit['r2']:.4f} | {gap_text} |")
+    else:
+      lines.append(f"| {_grid_label(fit)} | {fit.get('verdict', 'not resolved')} | - | - | - "
+                   f"| {gap_text} |")
+  lines += ["", "## Against theory and the paper", "",
+            "| grid | fitted L0 | R at the deepest depth | theory bound | best mixture of cosine "
+            "layers | paper Table 1 L0 |", "|---|---|---|---|---|---|"]
+  for fit in results["fits"]:
+    bound = fit.get("bound") or {}
+    target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
+    theory_text = (f"{bound['reference']:.4g} +- {bound['reference_se']:.2g} "
+                   f"({bound['kind']})" if bound else "not computed")
+    mixture_text = (f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}"
+                    if bound.get("kind") == "softmax_bound" else "-")
+    deepest = fit["losses"][-1] if fit["losses"] else float("nan")
+    lines.append(f"| {_grid_label(fit)} | {fit['L0']:.4g} | {deepest:.4g} | {theory_text} | "
+                 f"{mixture_text} | {target if target is not None else '-'} |")
   for fit in results["fits"]:
     lines += ["", f"## {_grid_label(fit)}", ""] + _table(results, fit)
+    if fit.get("flagged"):
+      lines += ["", "**Flagged and excluded from the means and the fit:** "
+                + "; ".join(f"depth {e['depth']} seed {e['seed']} ({e['reason']})"
+                            for e in fit["flagged"]) + "."]
     if fit["excluded_diverged"]:
       lines += ["", "**Excluded from the fit and the means (diverged: loss non-finite or above "
                 "divergence_loss; frozen at the last finite state):** "

@@ -10,13 +10,23 @@ Randomness: the training batch of seed s at step t is sampled on device from
 fold_in(fold_in(data_key, s), t), so a resumed run replays the same stream
 and a model sees the same data inside a grid or alone.
 
-Convergence rule (per model, on a fixed validation set evaluated every
-`eval_every` steps): an evaluation *improves* when the validation loss falls
-below (1 - rel_tol) x the best so far. After `patience` evaluations without
-improvement the model's learning rate is multiplied by `lr_decay_factor`;
-once that has happened `max_lr_decays` times, the next `patience` evaluations
-without improvement mark the model converged, and it is frozen. A model whose
-loss or parameters become non-finite, or whose loss exceeds
+Optimiser (`optimizer`): Adam, or SGD with heavy-ball `momentum`, after a
+linear warm-up. Schedule (`schedule`):
+  - "stall_decay": constant rate; per model, on a fixed validation set
+    evaluated every `eval_every` steps, an evaluation *improves* when the
+    validation loss falls below (1 - rel_tol) x the best so far. After
+    `patience` evaluations without improvement the model's learning rate is
+    multiplied by `lr_decay_factor`; once that has happened `max_lr_decays`
+    times, the next `patience` evaluations without improvement mark the model
+    converged, and it is frozen;
+  - "constant" and "cosine" (cosine decay to zero at `max_steps`): every model
+    trains `max_steps` steps; it is marked converged when its validation loss
+    did not improve (same test) over its last `patience` evaluations.
+With `depth_scaled_layer_lr` the updates of a depth-L model's per-layer
+weights (W_q, W_k) are multiplied by L: each layer's gradient carries the 1/L
+of the residual update, so this gives every layer of every depth the step of
+a one-layer model (it matters for SGD; Adam's steps do not see the 1/L).
+A model whose loss or parameters become non-finite, or whose loss exceeds
 `divergence_loss`, is frozen at its last finite state and marked diverged.
 Training stops when no model is active or at `max_steps`.
 
@@ -75,6 +85,14 @@ class TrainSettings:
   lr_decay_factor: float
   max_lr_decays: int
   divergence_loss: float
+  optimizer: str = "adam"  # one of OPTIMIZERS
+  momentum: float = 0.9  # SGD only
+  schedule: str = "stall_decay"  # one of SCHEDULES
+  depth_scaled_layer_lr: bool = False
+
+
+OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("stall_decay", "constant", "cosine")
 
 
 @flax.struct.dataclass
@@ -96,9 +114,23 @@ class TrainState:
     return ~(self.converged_SM | self.diverged_SM)
 
 
+def learning_rate_schedule(settings: TrainSettings) -> optax.Schedule:
+  """Linear warm-up to `learning_rate`, then constant, or cosine decay to 0 at max_steps."""
+  warmup = max(settings.warmup_steps, 1)
+  if settings.schedule == "cosine":
+    return optax.warmup_cosine_decay_schedule(0.0, settings.learning_rate, warmup,
+                                              max(settings.max_steps, warmup + 1), end_value=0.0)
+  return optax.linear_schedule(0.0, settings.learning_rate, warmup)
+
+
 def make_optimizer(settings: TrainSettings) -> optax.GradientTransformation:
-  """Adam with a linear warm-up to a constant learning rate."""
-  schedule = optax.linear_schedule(0.0, settings.learning_rate, max(settings.warmup_steps, 1))
+  """Adam or SGD with momentum, following `learning_rate_schedule`."""
+  if settings.optimizer not in OPTIMIZERS or settings.schedule not in SCHEDULES:
+    raise ValueError(f"optimizer {settings.optimizer!r} / schedule {settings.schedule!r}: "
+                     f"allowed {OPTIMIZERS} / {SCHEDULES}")
+  schedule = learning_rate_schedule(settings)
+  if settings.optimizer == "sgd":
+    return optax.sgd(schedule, momentum=settings.momentum)
   return optax.adam(schedule)
 
 
@@ -222,6 +254,11 @@ class GridTrainer:
     updates, new_opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     updates = jax.tree.map(jnp.multiply, updates,
                            per_model_tree(updates, self.layout, state.lr_scale_SM))
+    if self.settings.depth_scaled_layer_lr:
+      depths_SM = jnp.broadcast_to(jnp.asarray(self.layout.depths, jnp.float32),
+                                   state.lr_scale_SM.shape)
+      updates["layer"] = jax.tree.map(jnp.multiply, updates["layer"],
+                                      per_model_tree(updates, self.layout, depths_SM)["layer"])
     new_params = optax.apply_updates(state.params, updates)
 
     healthy_SM = (jnp.isfinite(losses_SM) & (losses_SM < self.settings.divergence_loss)
@@ -258,6 +295,11 @@ class GridTrainer:
     improved = active & (val_loss_SM < state.best_val_loss_SM * (1.0 - s.rel_tol))
     since = jnp.where(improved, 0, state.evals_since_best_SM + active)
     stalled = active & (since >= s.patience)
+    if s.schedule != "stall_decay":  # train to max_steps; converged = flat at the end
+      at_end = state.step >= s.max_steps
+      return state.replace(
+          best_val_loss_SM=jnp.where(improved, val_loss_SM, state.best_val_loss_SM),
+          evals_since_best_SM=since, converged_SM=state.converged_SM | (stalled & at_end))
     converged = state.converged_SM | (stalled & (state.num_lr_decays_SM >= s.max_lr_decays))
     decay = stalled & ~converged
     return state.replace(

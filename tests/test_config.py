@@ -20,7 +20,8 @@ def test_shipped_configs_validate(module):
   settings = config_lib.train_settings(config)
   assert settings.max_steps % settings.eval_every == 0
   a, b = config.spectra[0]
-  assert config_lib.problem(config, a, b).P == config.P
+  for model in config_lib.model_names(config):
+    assert config_lib.problem(config, model, a, b).P == config.sizes[model].P
 
 
 def _set(**fields):
@@ -34,6 +35,15 @@ def _set(**fields):
   return apply
 
 
+def _set_size(model, **fields):
+  def apply(config):
+    for name, value in fields.items():
+      with config.sizes[model].unlocked():
+        del config.sizes[model][name]
+        config.sizes[model][name] = value
+  return apply
+
+
 INVALID = [
     ("spectra", _set(spectra=((-1.0, 0.0),))),
     ("spectra", _set(spectra=((0.0, 0.0), (0.5, -0.25)))),
@@ -41,7 +51,13 @@ INVALID = [
     ("k", _set(k=9)),  # smoke has P = 8
     ("depths", _set(depths=(0, 1, 2))),
     ("depths", _set(depths=(1, 2, 2))),
-    ("N", _set(N=2)),  # smoke has d = 4
+    ("sizes.softmax.N", _set_size("softmax", N=2)),  # smoke has d = 4
+    ("sizes.linear.P", _set_size("linear", P=0)),
+    ("sizes", _set(sizes=dict(softmax=dict(d=4, P=8, N=8)))),
+    ("optimizer", _set(optimizer="rmsprop")),
+    ("schedule", _set(schedule="linear")),
+    ("qk_init", _set(qk_init="orthogonal")),
+    ("momentum", _set(momentum=1.0)),
     ("model", _set(model="transformer")),
     ("model", _set(model="softmax,softmax")),
     ("task", _set(task="top3")),
@@ -50,7 +66,7 @@ INVALID = [
     ("lr_decay_factor", _set(lr_decay_factor=1.5)),
     ("rel_tol", _set(rel_tol=1.0)),
     ("num_seeds", _set(num_seeds=0)),
-    ("d", _set(d=8.5)),
+    ("sizes.softmax.d", _set_size("softmax", d=8.5)),
     ("batch_size", _set(batch_size=True)),
     ("positive_gain", _set(positive_gain=1)),
     ("seed", _set(seed="zero")),
@@ -140,7 +156,8 @@ def _written(workdir):
 BAD_COMMAND_LINES = [
     ("unknown-override", "smoke.py", ["--config.not_a_field=1"], ["not_a_field"]),
     ("invalid-value", "smoke.py", ["--config.k=100"], ["config.k=100", "allowed"]),
-    ("badly-typed", "smoke.py", ["--config.d=eight"], ["config.d", "eight"]),
+    ("badly-typed", "smoke.py", ["--config.sizes.softmax.d=eight"],
+     ["config.sizes.softmax.d", "eight"]),
     ("unknown-scale", "default.py:huge", [], ["scale 'huge' does not exist", "smoke"]),
 ]
 

@@ -34,15 +34,26 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.depths = (1, 2, 4, 8, 16)
   # Seeds per depth (replicates: each has its own initialisation and training stream).
   config.num_seeds = 2
-  # Input dimension d.
-  config.d = 8
-  # Context length P (number of labelled examples per context).
-  config.P = 32
-  # Hidden width N (>= d).
-  config.N = 32
+  # Sizes per model kind: input dim d, context length P (labelled examples per context),
+  # hidden width N >= d. The paper's own numbers imply softmax d = 16, P = 128 and linear
+  # d = 128, P = 1024 (SPEC section 5, BUILD_NOTES.md "Sizes").
+  config.sizes = ml_collections.ConfigDict(dict(
+      softmax=dict(d=16, P=128, N=32),
+      linear=dict(d=128, P=1024, N=128)))
   # Contexts per training step (per seed).
   config.batch_size = 256
-  # Adam learning rate reached after the warm-up.
+  # Optimiser: "adam" or "sgd" (heavy-ball momentum, below). Element-wise either way, so the
+  # models of a grid stay independent.
+  config.optimizer = "adam"
+  # SGD momentum (ignored by adam).
+  config.momentum = 0.9
+  # Learning-rate schedule after the warm-up: "constant", "cosine" (to zero at max_steps) or
+  # "stall_decay" (constant, decayed per model on validation stalls; the rule below).
+  config.schedule = "stall_decay"
+  # Multiply the updates of a depth-L model's per-layer weights (W_q, W_k) by L, undoing the
+  # 1/L their gradients carry from the residual update (matters for sgd, not for adam).
+  config.depth_scaled_layer_lr = False
+  # Peak learning rate reached after the warm-up.
   config.learning_rate = 3e-3
   # Linear warm-up steps of the learning rate.
   config.warmup_steps = 200
@@ -50,7 +61,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.max_steps = 8000
   # Steps between validation evaluations (one compiled call trains this many steps).
   config.eval_every = 200
-  # Convergence: an evaluation improves if the validation loss drops below (1 - rel_tol) x best.
+  # Convergence (every schedule): an evaluation improves if the validation loss drops below (1 - rel_tol) x best.
   config.rel_tol = 0.005
   # Convergence: evaluations without improvement before the learning rate decays (or the
   # model is declared converged once it has decayed max_lr_decays times).
@@ -67,10 +78,25 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.eval_size = 10240
   # Contexts per evaluation call (bounds evaluation memory).
   config.eval_chunk_size = 2048
-  # W_q, W_k ~ N(0, qk_init_scale^2 / N).
+  # Query/key initialisation: "random" (W_q, W_k ~ N(0, qk_init_scale^2 / N)) or "identity"
+  # (W_q, W_k = qk_init_scale I + qk_init_noise N(0, 1); softmax logits start near
+  # qk_init_scale^2 N cos(x_test, x_i)).
+  config.qk_init = "random"
+  # Scale of the query/key initialisation (see qk_init).
   config.qk_init_scale = 1.0
+  # Noise added to the identity start (qk_init = "identity" only).
+  config.qk_init_noise = 0.01
   # Flip the sign of W_o where g = W_o W_v W_y starts negative (SPEC section 7).
   config.positive_gain = True
+  # Monte Carlo contexts for the theory bound each grid is judged against (softmax:
+  # theory.softmax_bound, linear: theory.linear_floor at the deepest depth); 0 skips it.
+  config.bound_samples = 100_000
+  # A model whose loss exceeds this factor x the median of its depth (over seeds) or x the
+  # theory bound is flagged by name and kept out of the means, the fits and the checks.
+  config.outlier_factor = 1.2
+  # Softmax only: also train, per seed, max(depths) one-layer models on the seed's training
+  # stream and report the average of the first L of them beside the depth-L model.
+  config.ensemble_control = False
   # Root PRNG seed: initialisation, training batches, validation and evaluation sets.
   config.seed = 0
   # Steps between checkpoints of a grid's training state (a multiple of eval_every); a

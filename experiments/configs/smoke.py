@@ -6,9 +6,8 @@ from experiments.configs import default
 def get_config():
   config = default.get_config()
   config.depths = (1, 2, 4)
-  config.d = 4
-  config.P = 8
-  config.N = 8
+  config.sizes.softmax.update(d=4, P=8, N=8)
+  config.sizes.linear.update(d=4, P=8, N=8)
   config.batch_size = 32
   config.warmup_steps = 10
   config.max_steps = 100
@@ -18,5 +17,7 @@ def get_config():
   config.val_size = 256
   config.eval_size = 512
   config.eval_chunk_size = 256
+  config.bound_samples = 2000
+  config.outlier_factor = 5.0  # 100 steps are far from converged: flag only runaway models
   config.checkpoint_every = 20  # every chunk: a kill-and-resume test has steps to land on
   return config

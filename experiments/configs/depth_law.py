@@ -1,0 +1,37 @@
+"""The depth law where the paper puts it: softmax, top-2, isotropic, d = 16, P = 128.
+
+    python -m experiments.run --config=experiments/configs/depth_law.py --workdir=runs/depth_law
+
+Depths 1..64 (powers of two), 3 seeds, the ensemble control (per seed, 64 one-layer models
+on the seed's training stream, averaged after training), evaluation on 100,000 shared
+contexts so that depth differences of a few tenths of a percent are resolved by paired
+standard errors. Training regime: the default of BUILD_NOTES.md "Training regime" (query
+and key weights start near the identity, Adam, cosine decay to zero over max_steps).
+About 40 minutes on 2 CPU cores. Committed results: results/depth_law/.
+"""
+
+from experiments.configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.model = "softmax"
+  config.sizes.softmax.update(d=16, P=128, N=32)
+  config.depths = (1, 2, 4, 8, 16, 32, 64)
+  config.num_seeds = 3
+  config.qk_init = "identity"
+  config.qk_init_scale = 1.0
+  config.qk_init_noise = 0.01
+  config.optimizer = "adam"
+  config.schedule = "cosine"
+  config.learning_rate = 3e-3
+  config.warmup_steps = 200
+  config.max_steps = 3000
+  config.eval_every = 250
+  config.checkpoint_every = 500
+  config.val_size = 2048
+  config.eval_size = 100_000
+  config.eval_chunk_size = 4096
+  config.bound_samples = 200_000
+  config.ensemble_control = True
+  return config
