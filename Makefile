@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/quick
 
-.PHONY: demo test test-all smoke bench clean
+.PHONY: demo test test-all smoke bench clean regimes
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,3 +29,16 @@ test-all: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) runs
+
+# The training-regime study (BUILD_NOTES.md "Training regime"): the demo grid under each
+# regime, one workdir each under runs/regimes/.
+REGIMES := adam_cosine_identity adam_cosine_random adam_stall_identity adam_constant_identity sgd_cosine_identity
+regime_flags_adam_cosine_identity :=
+regime_flags_adam_cosine_random := --config.qk_init=random
+regime_flags_adam_stall_identity := --config.schedule=stall_decay --config.max_steps=4000
+regime_flags_adam_constant_identity := --config.schedule=constant
+regime_flags_sgd_cosine_identity := --config.optimizer=sgd --config.depth_scaled_layer_lr=True --config.learning_rate=0.002
+
+regimes: $(VENV)/.installed
+	$(foreach r,$(REGIMES),$(PY) -m experiments.run --config=experiments/configs/quick.py \
+	  --workdir=runs/regimes/$(r) --config.num_seeds=1 $(regime_flags_$(r)) && ) true

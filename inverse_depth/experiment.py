@@ -84,6 +84,7 @@ def _root_keys(seed: int) -> dict[str, jax.Array]:
 
 ENSEMBLE_SUFFIX = "-ensemble"
 THEORY_STREAM = 5  # fold_in index of the theory bounds' key (the four streams above are split)
+BOUND_CHUNK_FLOATS = 2 ** 25  # context inputs per Monte Carlo chunk of a bound (memory)
 
 
 def grid_name(model: str, a: float, b: float) -> str:
@@ -101,7 +102,8 @@ def theory_bound(config, model: str, a: float, b: float) -> dict | None:
   key = jax.random.fold_in(jax.random.key(config.seed), THEORY_STREAM)
   problem = config_lib.problem(config, model, a, b)
   sizes = dict(d=problem.d, P=problem.P, a=problem.a, b=problem.b, k=problem.k,
-               task=problem.task, num_samples=config.bound_samples)
+               task=problem.task, num_samples=config.bound_samples,
+               chunk_size=max(1, min(10_000, BOUND_CHUNK_FLOATS // (problem.P * problem.d))))
   if model == "softmax":
     bound = theory.softmax_bound(key, **sizes)
     return dict(kind="softmax_bound", reference=bound["single"],
@@ -168,8 +170,7 @@ def train_grid(config, model: str, a: float, b: float, workdir: str, stop: StopS
   sample = jax.jit(problem.sample, static_argnums=1)
   val_set = sample(keys["val"], config.val_size)
   label = model + ENSEMBLE_SUFFIX if ensemble else model
-  state, train_time_s = _train_resumably(config, trainer, grid_name(label, a, b), val_set,
-                                         workdir, stop)
+  state, train_time_s = _train_resumably(config, trainer, label, val_set, workdir, stop)
   eval_start = time.time()
   if ensemble:
     views = [(L, slice(0, L), list(range(L))) for L in config.depths]
@@ -181,10 +182,12 @@ def train_grid(config, model: str, a: float, b: float, workdir: str, stop: StopS
               wall_time_s=train_time_s + time.time() - eval_start)
 
 
-def _train_resumably(config, trainer: GridTrainer, name: str, val_set, workdir: str,
+def _train_resumably(config, trainer: GridTrainer, label: str, val_set, workdir: str,
                      stop: StopSignals):
   """Runs trainer.fit from the newest checkpoint (or from initialisation), logging
-  metrics and checkpointing; returns (final state, training seconds over all attempts)."""
+  metrics (under the model name `label`) and checkpointing; returns (final state, training
+  seconds over all attempts)."""
+  name = grid_name(label, trainer.problem.a, trainer.problem.b)
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name),
                                 max_to_keep=config.checkpoints_to_keep,
                                 config_hash=config_lib.config_hash(config.to_dict()),
@@ -197,7 +200,7 @@ def _train_resumably(config, trainer: GridTrainer, name: str, val_set, workdir: 
       state, meta = restored
       previous_time_s = meta["train_time_s"]
       logging.info("[%s] resuming from the checkpoint at step %d", name, int(state.step))
-    model, a, b = trainer.model, trainer.problem.a, trainer.problem.b
+    model, a, b = label, trainer.problem.a, trainer.problem.b
     metrics_path = os.path.join(workdir, METRICS_FILE)
     _drop_metrics_after(metrics_path, model, a, b, int(state.step))
     train_time_s = previous_time_s
@@ -207,11 +210,15 @@ def _train_resumably(config, trainer: GridTrainer, name: str, val_set, workdir: 
         metrics_file.write(json.dumps(dict(model=model, a=a, b=b, train_time_s=train_time_s,
                                            **progress)) + "\n")
         metrics_file.flush()
-        val_by_depth = np.mean(progress["val_loss"], axis=0)
-        logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R by depth: %s  "
+        val_by_model = np.mean(progress["val_loss"], axis=0)
+        if len(val_by_model) == len(config.depths):
+          val_text = " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, val_by_model))
+        else:  # the ensemble control's one-layer models
+          val_text = (f"{len(val_by_model)} one-layer models, mean {val_by_model.mean():.4g} "
+                      f"(min {val_by_model.min():.4g}, max {val_by_model.max():.4g})")
+        logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R: %s  "
                      "converged %d/%d", name, progress["step"], config.max_steps,
-                     progress["elapsed_s"], progress["eta_max_s"],
-                     " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, val_by_depth)),
+                     progress["elapsed_s"], progress["eta_max_s"], val_text,
                      int(np.sum(progress["converged"])), np.size(progress["converged"]))
         if progress["step"] % config.checkpoint_every == 0 or stop.received is not None:
           checkpoints.save(state, train_time_s=train_time_s)

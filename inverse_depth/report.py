@@ -222,6 +222,30 @@ def _table(results: dict, fit: dict) -> list[str]:
   return rows
 
 
+def _ensemble_comparison(results: dict) -> list[str]:
+  """Jointly trained depth-L model beside the average of L one-layer models trained alone."""
+  lines = []
+  fits = {(f["model"], f["task"], f["k"], f["a"], f["b"]): f for f in results["fits"]}
+  for (model, *problem), ensemble in fits.items():
+    joint = fits.get(("softmax", *problem))
+    if model != "softmax-ensemble" or joint is None:
+      continue
+    lines += ["", f"## Depth or ensemble? {_grid_label(joint)}", "",
+              "Jointly trained depth-L model against the average of L one-layer models trained "
+              "alone on the same stream (means over clean seeds). Where the two agree, depth acts "
+              "as an ensemble; where they differ, joint training does something an ensemble "
+              "cannot.", "",
+              "| depth | joint R_L | ensemble R_L | joint - ensemble | joint A_L - C_L | "
+              "ensemble A_L - C_L |", "|---|---|---|---|---|---|"]
+    columns = [dict(zip(*_by_depth(_runs_of(results, fit), field)))
+               for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
+    for depth in sorted(set(columns[0]) | set(columns[2])):
+      joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
+      lines.append(f"| {depth} | {joint_R:.4g} | {ensemble_R:.4g} | {joint_R - ensemble_R:+.4f} "
+                   f"| {joint_gap:.4g} | {ensemble_gap:.4g} |")
+  return lines
+
+
 def write_report(workdir: str) -> str:
   """Writes figures/*.png and report.md from workdir/results.json alone; returns its path."""
   with open(os.path.join(workdir, "results.json")) as f:
@@ -270,6 +294,7 @@ def write_report(workdir: str) -> str:
     deepest = fit["losses"][-1] if fit["losses"] else float("nan")
     lines.append(f"| {_grid_label(fit)} | {fit['L0']:.4g} | {deepest:.4g} | {theory_text} | "
                  f"{mixture_text} | {target if target is not None else '-'} |")
+  lines += _ensemble_comparison(results)
   for fit in results["fits"]:
     lines += ["", f"## {_grid_label(fit)}", ""] + _table(results, fit)
     if fit.get("flagged"):

@@ -160,3 +160,18 @@ def test_gap_fit_with_noise_and_nonpositive_gaps():
   assert abs(fit["alpha"] - 1.0) <= 3 * fit["alpha_se"] and fit["alpha_se"] > 0
   too_few = analysis.fit_gap(np.array([1.0, 2.0]), np.array([np.nan, 0.5]), 1.0)
   assert np.isnan(too_few["alpha"])
+
+
+def test_flat_curve_fit_says_so_in_words():
+  """A flat depth curve determines no c and alpha: the fit is marked unresolved and its
+  verdict says so, instead of infinite standard errors reaching the report."""
+  fit = analysis.fit_depth_scaling([1, 2, 4, 8, 16], [2.0, 2.0, 2.0, 2.0, 2.0])
+  assert not fit["resolved"]
+  assert "no depth dependence resolved" in fit["verdict"]
+
+
+def test_inverse_depth_curve_fit_is_resolved():
+  depths = np.array([1, 2, 4, 8, 16, 32, 64])
+  fit = analysis.fit_depth_scaling(depths, 2.0 + 0.3 / depths)
+  assert fit["resolved"]
+  assert fit["L0"] == pytest.approx(2.0, rel=1e-3) and fit["alpha"] == pytest.approx(1.0, rel=1e-2)

@@ -175,3 +175,15 @@ def test_entrypoint_refuses_bad_input_before_writing(tmp_path, config_file, over
   for message in messages:
     assert message in proc.stderr, proc.stderr[-2000:]
   assert _written(workdir) == []
+
+
+def test_a_workdir_that_is_a_file_gets_a_one_line_error(tmp_path):
+  path = tmp_path / "results.txt"
+  path.write_text("not a directory")
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.run", "--config=experiments/configs/smoke.py",
+       f"--workdir={path}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2
+  assert f"error: --workdir {path} exists and is not a directory" in proc.stderr
+  assert "Traceback" not in proc.stderr
+  assert path.read_text() == "not a directory"

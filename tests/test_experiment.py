@@ -239,7 +239,57 @@ def test_workdir_guard_refuses_a_different_config(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
   experiment.check_workdir(config.to_dict(), str(tmp_path))
   changed = smoke.get_config()
-  changed.P = 16
+  changed.sizes.softmax.P = 16
   changed.learning_rate = 0.01
-  with pytest.raises(experiment.WorkdirConflict, match=r"fields P, learning_rate"):
+  with pytest.raises(experiment.WorkdirConflict, match=r"fields learning_rate, sizes"):
     experiment.check_workdir(changed.to_dict(), str(tmp_path))
+
+
+def test_a_stuck_model_is_flagged_by_name_and_kept_out_of_the_fit(tmp_path):
+  """One seed stuck on a plateau is named in the report and does not enter the means, the
+  fit or the paired monotonicity check (whose errors come from the shared evaluation set,
+  not from the seed spread the stuck seed would inflate)."""
+  depths = (1, 2, 4, 8)
+  runs = [r for r in _synthetic_runs(depths, seeds=(0, 1, 2)) if r["model"] == "softmax"]
+  stuck = next(r for r in runs if r["depth"] == 4 and r["seed"] == 1)
+  stuck["eval_loss"] = 6.5
+  experiment.flag_outliers(runs, reference=1.5, factor=1.2)
+  assert [(r["depth"], r["seed"]) for r in runs if r["flagged"]] == [(4, 1)]
+  rng = np.random.default_rng(0)
+  squared_errors_SDE = rng.exponential(1.0, size=(3, len(depths), 5000))
+  squared_errors_SDE[1, 2] += 10.0  # the stuck model's errors
+  clean_SD = np.array([[not r["flagged"] for r in runs if r["seed"] == s] for s in range(3)])
+  paired = experiment.paired_differences(list(depths), squared_errors_SDE, clean_SD)
+  assert [p["seeds"] for p in paired] == [3, 2, 2]
+  assert all(abs(p["difference"]) < 5 * p["se"] for p in paired)
+  fit = experiment.fit_grid(runs, paired)
+  assert not fit["clean"] and fit["flagged"][0]["seed"] == 1
+  assert fit["losses"][2] == pytest.approx(0.5 + 1 / 4 + 0.01)  # mean of seeds 0 and 2
+  config = smoke.get_config()
+  results = dict(runs=runs, fits=[fit], config=config.to_dict(), wall_time_s=1.0,
+                 backend="cpu", num_devices=1)
+  (tmp_path / "results.json").write_text(json.dumps(results))
+  text = open(report.write_report(str(tmp_path))).read()
+  assert "The run is NOT clean" in text and "softmax L=4 seed 1" in text
+
+
+def test_ensemble_control_matches_models_trained_alone(tmp_path):
+  """The ensemble control's first member of each seed is the grid's one-layer model (same
+  key, same stream: a model in a grid equals the model alone), and its depth-L record is
+  the average of L one-layer models, for which the identity holds."""
+  config = tiny.tiny_config()
+  config.ensemble_control = True
+  results = experiment.run(config, str(tmp_path))
+  joint = {(r["depth"], r["seed"]): r for r in results["runs"] if r["model"] == "softmax"}
+  ensemble = {(r["depth"], r["seed"]): r for r in results["runs"]
+              if r["model"] == "softmax-ensemble"}
+  assert set(ensemble) == set(joint)
+  for seed in range(config.num_seeds):
+    assert ensemble[(1, seed)]["eval_loss"] == pytest.approx(joint[(1, seed)]["eval_loss"],
+                                                             rel=1e-6)
+  for r in ensemble.values():
+    assert abs(r["identity_residual"]) <= 1e-9 * r["eval_loss"]
+  assert "softmax-ensemble" in open(tmp_path / "report.md").read()
+  with open(tmp_path / "metrics.jsonl") as f:
+    widths = {(r["model"], len(r["val_loss"][0])) for r in map(json.loads, f)}
+  assert widths == {("softmax", len(config.depths)), ("softmax-ensemble", max(config.depths))}

@@ -6,6 +6,7 @@ impatient (patience 1, rel_tol 5%, one lr decay) so that learning-rate decay and
 convergence fire for some models within a few evaluation chunks.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -307,3 +308,55 @@ def test_finite_per_model_attributes_each_layer_to_its_model(which):
       expected = np.ones((len(GRID_SEEDS), len(GRID_DEPTHS)), bool)
       expected[s, m] = False
       np.testing.assert_array_equal(np.asarray(_finite_per_model(poisoned, layout)), expected)
+
+
+def _one_step_layer_change(settings, depths=(1, 3)):
+  """Summed |change of W_q| per packed layer after one step (seed 0, identity init)."""
+  trainer = GridTrainer("softmax", PROBLEM, depths, (0,), settings, N=N,
+                        init_scales=InitScales(qk_init="identity"),
+                        init_key=jax.random.key(10), data_key=jax.random.key(11))
+  before = trainer.init_state()
+  W_q_before = np.asarray(before.params["layer"]["W_q"])
+  after, _ = trainer.train_chunk(before)
+  change_T = np.abs(np.asarray(after.params["layer"]["W_q"]) - W_q_before)[0].sum(axis=(1, 2))
+  return trainer.layout, change_T
+
+
+def test_depth_scaled_layer_lr_multiplies_layer_updates_by_depth():
+  """With SGD the first step's update of a depth-L model's W_q is L x the unscaled one."""
+  plain = dataclasses.replace(SETTINGS, optimizer="sgd", momentum=0.0, warmup_steps=0,
+                              eval_every=1, learning_rate=1e-3)
+  scaled = dataclasses.replace(plain, depth_scaled_layer_lr=True)
+  layout, change_plain = _one_step_layer_change(plain)
+  _, change_scaled = _one_step_layer_change(scaled)
+  depth_T = np.repeat(layout.depths, layout.depths)
+  np.testing.assert_allclose(change_scaled, depth_T * change_plain, rtol=1e-3)
+
+
+def test_identity_init_starts_every_layer_near_the_identity():
+  params = init_grid(jax.random.key(0), GridLayout((1, 3)), (0,), d=4, N=N,
+                     scales=InitScales(qk_init="identity", qk_scale=0.7, qk_noise=0.01))
+  W_q = np.asarray(params["layer"]["W_q"])[0]
+  assert W_q.shape == (4, N, N)
+  np.testing.assert_allclose(W_q, 0.7 * np.eye(N)[None].repeat(4, 0), atol=0.06)
+  assert np.std(W_q - 0.7 * np.eye(N)) == pytest.approx(0.01, rel=0.3)
+
+
+def test_cosine_schedule_trains_to_max_steps_and_ends_at_zero():
+  """Non-stall schedules never freeze a model early; the cosine rate reaches 0."""
+  from inverse_depth.train import learning_rate_schedule
+  settings = dataclasses.replace(SETTINGS, schedule="cosine", max_steps=20, eval_every=5)
+  schedule = learning_rate_schedule(settings)
+  assert float(schedule(settings.max_steps)) == pytest.approx(0.0, abs=1e-9)
+  assert float(schedule(settings.warmup_steps)) == pytest.approx(settings.learning_rate)
+  trainer = GridTrainer("softmax", PROBLEM, (1, 2), (0,), settings, N=N,
+                        init_scales=InitScales(), init_key=jax.random.key(10),
+                        data_key=jax.random.key(11))
+  val = PROBLEM.sample(jax.random.key(5), 64)
+  converged_before_end = []
+  for state, progress in trainer.fit(trainer.init_state(), val, 64):
+    if progress["step"] < settings.max_steps:  # states are donated: read them as they come
+      converged_before_end.append(np.asarray(state.converged_SM).any())
+  assert int(state.step) == settings.max_steps
+  assert np.all(np.asarray(state.steps_trained_SM) == settings.max_steps)
+  assert converged_before_end and not any(converged_before_end)  # nothing frozen early

@@ -31,5 +31,5 @@ def get_config():
   config.val_size = 1024
   config.eval_size = 20_480
   config.eval_chunk_size = 1024
-  config.bound_samples = 40_000
+  config.bound_samples = 20_000
   return config
