@@ -30,10 +30,10 @@ test-all: $(VENV)/.installed
 clean:
 	rm -rf $(VENV) runs
 
-# The training-regime study (BUILD_NOTES.md "Training regime"): the demo grid under each
-# regime, one workdir each under runs/regimes/.
-REGIMES := adam_cosine_identity adam_cosine_random adam_stall_identity adam_constant_identity sgd_cosine_identity
-regime_flags_adam_cosine_identity :=
+# The training-regime study (BUILD_NOTES.md "Training regime"): the demo grid (one seed)
+# under each regime that differs from the demo's own (identity start, Adam, cosine), one
+# workdir each under runs/regimes/.
+REGIMES := adam_cosine_random adam_stall_identity adam_constant_identity sgd_cosine_identity
 regime_flags_adam_cosine_random := --config.qk_init=random
 regime_flags_adam_stall_identity := --config.schedule=stall_decay --config.max_steps=4000
 regime_flags_adam_constant_identity := --config.schedule=constant

@@ -324,10 +324,11 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   clean = [r for r in runs if not (r["diverged"] or r.get("flagged", False))]
   depths, losses, loss_se = analysis.seed_means(clean, "eval_loss")
   _, shared, _ = analysis.seed_means(clean, "C")
+  _, disagreement, _ = analysis.seed_means(clean, "disagreement")
   keep = [i for i, loss in enumerate(losses) if np.isfinite(loss)]
   paired = paired_differences or []
   fit = dict(model=first["model"], task=first["task"], k=first["k"], a=first["a"],
-             b=first["b"], loss_se=loss_se, shared_error=shared,
+             b=first["b"], loss_se=loss_se, shared_error=shared, disagreement=disagreement,
              excluded_diverged=[dict(depth=r["depth"], seed=r["seed"],
                                      step=r["diverged_at_step"]) for r in runs if r["diverged"]],
              flagged=[dict(depth=r["depth"], seed=r["seed"], eval_loss=r["eval_loss"],
