@@ -17,7 +17,7 @@ import numpy as np
 
 from bench import flops, harness
 
-# Sizes per --size. `base`: the default CPU-scale grid (experiments/configs/quick.py).
+# Sizes per --size. `base`: the CPU-scale grid of the issue 3 benchmarks (the quick.py sizes of then).
 # `paper`: the paper-sized softmax grid of the `paper` figure (tiny off the accelerator sizes).
 TINY_PAPER = dict(depths=(1, 2, 4), num_seeds=1, d=8, P=16, N=16, batch=32)
 SIZES = {

@@ -16,14 +16,14 @@ def get_config():
   config.model = "linear"
   config.sizes.linear.update(d=128, P=1024, N=128)
   config.depths = (1, 2, 4)
-  config.num_seeds = 2
+  config.num_seeds = 1
   config.batch_size = 64
   config.qk_init = "identity"
   config.qk_init_scale = 1.0
   config.qk_init_noise = 0.01
   config.optimizer = "adam"
   config.schedule = "cosine"
-  config.learning_rate = 3e-3
+  config.learning_rate = 3e-4
   config.warmup_steps = 100
   config.max_steps = 2000
   config.eval_every = 250
