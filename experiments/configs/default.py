@@ -1,5 +1,8 @@
 """Default experiment: both controlled models on the top-2 task, isotropic spectrum.
 
+Training regime (BUILD_NOTES.md "Training regime"): query and key weights start near the
+identity, Adam, linear warm-up, cosine decay to zero at max_steps.
+
 Other configs import this one and override fields. Every field can also be
 overridden on the command line: --config.FIELD=VALUE. A scale tier can be
 named after the file: --config=experiments/configs/default.py:smoke is the
@@ -49,7 +52,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.momentum = 0.9
   # Learning-rate schedule after the warm-up: "constant", "cosine" (to zero at max_steps) or
   # "stall_decay" (constant, decayed per model on validation stalls; the rule below).
-  config.schedule = "stall_decay"
+  config.schedule = "cosine"
   # Multiply the updates of a depth-L model's per-layer weights (W_q, W_k) by L, undoing the
   # 1/L their gradients carry from the residual update (matters for sgd, not for adam).
   config.depth_scaled_layer_lr = False
@@ -81,7 +84,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Query/key initialisation: "random" (W_q, W_k ~ N(0, qk_init_scale^2 / N)) or "identity"
   # (W_q, W_k = qk_init_scale I + qk_init_noise N(0, 1); softmax logits start near
   # qk_init_scale^2 N cos(x_test, x_i)).
-  config.qk_init = "random"
+  config.qk_init = "identity"
   # Scale of the query/key initialisation (see qk_init).
   config.qk_init_scale = 1.0
   # Noise added to the identity start (qk_init = "identity" only).

@@ -19,11 +19,6 @@ def get_config():
   config.sizes.softmax.update(d=16, P=128, N=32)
   config.depths = (1, 2, 4, 8, 16, 32, 64)
   config.num_seeds = 3
-  config.qk_init = "identity"
-  config.qk_init_scale = 1.0
-  config.qk_init_noise = 0.01
-  config.optimizer = "adam"
-  config.schedule = "cosine"
   config.learning_rate = 3e-3
   config.warmup_steps = 200
   config.max_steps = 3000

@@ -18,11 +18,6 @@ def get_config():
   config.depths = (1, 2, 4)
   config.num_seeds = 1
   config.batch_size = 64
-  config.qk_init = "identity"
-  config.qk_init_scale = 1.0
-  config.qk_init_noise = 0.01
-  config.optimizer = "adam"
-  config.schedule = "cosine"
   config.learning_rate = 3e-4
   config.warmup_steps = 100
   config.max_steps = 2000
