@@ -14,7 +14,7 @@ from typing import Callable
 import ml_collections
 
 from inverse_depth import tasks
-from inverse_depth.grid import QK_INITS, InitScales
+from inverse_depth.grid import QK_INITS, W_X_INITS, InitScales
 from inverse_depth.models import MODELS
 from inverse_depth.train import OPTIMIZERS, SCHEDULES, Problem, TrainSettings
 
@@ -104,6 +104,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "val_size": _int_at_least(1),
     "eval_size": _int_at_least(1),
     "eval_chunk_size": _int_at_least(1),
+    "W_x_init": (lambda v: v in W_X_INITS, f"one of {W_X_INITS}"),
     "qk_init": (lambda v: v in QK_INITS, f"one of {QK_INITS}"),
     "qk_init_scale": _POSITIVE,
     "qk_init_noise": _real_in(0.0, math.inf, open_low=False, open_high=True),
@@ -199,4 +200,5 @@ def train_settings(config) -> TrainSettings:
 
 def init_scales(config) -> InitScales:
   return InitScales(qk_scale=config.qk_init_scale, positive_gain=config.positive_gain,
-                    qk_init=config.qk_init, qk_noise=config.qk_init_noise)
+                    qk_init=config.qk_init, qk_noise=config.qk_init_noise,
+                    W_x_init=config.W_x_init)

@@ -121,12 +121,27 @@ def _jsonable(values: dict) -> dict:
 PLATEAU_FRACTION = 0.9
 
 
-def uniform_attention_loss(batch) -> float:
-  """Loss of the best predictor g * mean_i(y_i): what a model on the uniform-attention
-  plateau achieves. min_g E[(g ybar - y*)^2] = E[y*^2] - E[y* ybar]^2 / E[ybar^2]."""
-  mean_label = np.asarray(batch.y_context_BP, np.float64).mean(axis=1)
-  target = np.asarray(batch.target_B, np.float64)
+def uniform_attention_loss(mean_label, target) -> float:
+  """Loss of the best predictor g * mean_i(y_i) (per context: `mean_label`, `target`): what a
+  model on the uniform-attention plateau achieves.
+  min_g E[(g ybar - y*)^2] = E[y*^2] - E[y* ybar]^2 / E[ybar^2]."""
+  mean_label, target = np.asarray(mean_label, np.float64), np.asarray(target, np.float64)
   return float(np.mean(target ** 2) - np.mean(target * mean_label) ** 2 / np.mean(mean_label ** 2))
+
+
+def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size: int):
+  """Per-layer predictions [S, T, E], targets [E] and context mean labels [E] on the
+  evaluation set sample(key, size), drawn and evaluated chunk by chunk so that only one
+  chunk of contexts is ever in memory (at d = 128, P = 1024 the whole set would not be)."""
+  keys = jax.random.split(key, size)
+  sample = jax.jit(trainer.problem.sample_contexts)
+  preds, targets, mean_labels = [], [], []
+  for start in range(0, size, chunk_size):
+    chunk = sample(keys[start:start + chunk_size])
+    preds.append(trainer.predict(params, chunk, chunk_size))
+    targets.append(np.asarray(chunk.target_B, np.float64))
+    mean_labels.append(np.asarray(chunk.y_context_BP, np.float64).mean(axis=1))
+  return np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels)
 
 
 def _drop_metrics_after(path: str, model: str, a: float, b: float, step: int) -> None:
@@ -176,8 +191,7 @@ def train_grid(config, model: str, a: float, b: float, workdir: str, stop: StopS
     views = [(L, slice(0, L), list(range(L))) for L in config.depths]
   else:
     views = [(L, trainer.layout.layer_slice(m), [m]) for m, L in enumerate(config.depths)]
-  runs, paired = _run_records(config, trainer, state, sample(keys["eval"], config.eval_size),
-                              label, views, bound)
+  runs, paired = _run_records(config, trainer, state, keys["eval"], label, views, bound)
   return dict(runs=runs, paired_differences=paired, bound=bound, train_time_s=train_time_s,
               wall_time_s=train_time_s + time.time() - eval_start)
 
@@ -227,7 +241,7 @@ def _train_resumably(config, trainer: GridTrainer, label: str, val_set, workdir:
   return state, train_time_s
 
 
-def _run_records(config, trainer: GridTrainer, state, eval_set, label: str, views,
+def _run_records(config, trainer: GridTrainer, state, eval_key: jax.Array, label: str, views,
                  bound: dict | None) -> tuple[list[dict], list[dict]]:
   """One results.json run record per (seed, depth) model, from held-out predictions, and
   the paired differences of consecutive depths (`paired_differences`).
@@ -235,9 +249,9 @@ def _run_records(config, trainer: GridTrainer, state, eval_set, label: str, view
   `views` lists, per reported depth L, the packed layers whose predictors form the model
   (a slice) and the trained grid models they belong to (for the bookkeeping fields).
   """
-  layer_preds_STE = trainer.predict(state.params, eval_set, config.eval_chunk_size)
-  target_E = np.asarray(eval_set.target_B, np.float64)
-  plateau_loss = uniform_attention_loss(eval_set)
+  layer_preds_STE, target_E, mean_label_E = evaluate(trainer, state.params, eval_key,
+                                                     config.eval_size, config.eval_chunk_size)
+  plateau_loss = uniform_attention_loss(mean_label_E, target_E)
   squared_errors_SDE = np.stack([
       [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
        for _, layers, _ in views] for s in range(len(trainer.seeds))])

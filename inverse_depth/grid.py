@@ -73,15 +73,20 @@ class InitScales:
   layers then score by the same cosine of the normalised inputs, with logit
   ~ qk_scale^2 N cos. With `positive_gain` the sign of W_o is flipped where the
   value-readout gain g = W_o W_v W_y starts negative (SPEC section 7: models
-  starting with g < 0 stay on the uniform-attention plateau).
+  starting with g < 0 stay on the uniform-attention plateau). `W_x_init`
+  "orthogonal" draws W_x = sqrt(N/d) x (orthonormal columns), the same mean
+  W_x^T W_x = (N/d) I as the Gaussian but with every eigenvalue equal (a
+  Gaussian N x d matrix with N = d has W_x^T W_x spread from 0 to 4 N/d).
   """
   qk_scale: float = 1.0
   positive_gain: bool = True
   qk_init: str = "random"  # one of QK_INITS
   qk_noise: float = 0.01  # "identity" only
+  W_x_init: str = "gaussian"  # one of W_X_INITS
 
 
 QK_INITS = ("random", "identity")
+W_X_INITS = ("gaussian", "orthogonal")
 
 
 def init_model(key: jax.Array, depth: int, *, d: int, N: int,
@@ -89,6 +94,11 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int,
   """Parameters of one controlled model: (per-model leaves, per-layer leaves [depth, ...])."""
   k_x, k_y, k_v, k_o, k_q, k_k = jax.random.split(key, 6)
   W_x = jax.random.normal(k_x, (N, d)) / np.sqrt(d)
+  if scales.W_x_init == "orthogonal":
+    columns, upper = jnp.linalg.qr(W_x)
+    W_x = columns * jnp.sign(jnp.diagonal(upper)) * np.sqrt(N / d)
+  elif scales.W_x_init != "gaussian":
+    raise ValueError(f"W_x_init={scales.W_x_init!r}; allowed {W_X_INITS}")
   W_y = jax.random.normal(k_y, (N,))
   W_v = jax.random.normal(k_v, (N, N)) / np.sqrt(N)
   W_o = jax.random.normal(k_o, (N,)) / np.sqrt(N)

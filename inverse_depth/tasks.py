@@ -102,8 +102,15 @@ def sample_context(key: jax.Array, *, d: int, P: int, a, b, task: str, k: int) -
   return Batch(x_context_PD, y_context_P, x_test_D, target, selected_mean_D, beta_D)
 
 
+def sample_contexts(keys: jax.Array, *, d: int, P: int, a, b, task: str, k: int) -> Batch:
+  """One context per key (leading axis of `keys`)."""
+  return jax.vmap(lambda kk: sample_context(kk, d=d, P=P, a=a, b=b, task=task, k=k))(keys)
+
+
 def sample_batch(key: jax.Array, batch_size: int, *, d: int, P: int, a, b, task: str,
                  k: int) -> Batch:
-  """`batch_size` independent contexts, each with its own rotation and beta."""
+  """`batch_size` independent contexts, each with its own rotation and beta: context i
+  is drawn from split(key, batch_size)[i], so any slice of the batch can be drawn on its
+  own with `sample_contexts` (large evaluation sets are drawn chunk by chunk)."""
   keys = jax.random.split(key, batch_size)
-  return jax.vmap(lambda kk: sample_context(kk, d=d, P=P, a=a, b=b, task=task, k=k))(keys)
+  return sample_contexts(keys, d=d, P=P, a=a, b=b, task=task, k=k)

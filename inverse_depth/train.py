@@ -71,6 +71,11 @@ class Problem:
     return tasks.sample_batch(key, batch_size, d=self.d, P=self.P, a=self.a, b=self.b,
                               task=self.task, k=self.k)
 
+  def sample_contexts(self, keys: jax.Array) -> tasks.Batch:
+    """The contexts of `keys`: sample(key, n) is sample_contexts(split(key, n))."""
+    return tasks.sample_contexts(keys, d=self.d, P=self.P, a=self.a, b=self.b, task=self.task,
+                                 k=self.k)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:

@@ -57,6 +57,7 @@ INVALID = [
     ("optimizer", _set(optimizer="rmsprop")),
     ("schedule", _set(schedule="linear")),
     ("qk_init", _set(qk_init="orthogonal")),
+    ("W_x_init", _set(W_x_init="identity")),
     ("momentum", _set(momentum=1.0)),
     ("model", _set(model="transformer")),
     ("model", _set(model="softmax,softmax")),

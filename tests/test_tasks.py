@@ -241,3 +241,14 @@ def test_sample_context_vmaps_over_keys_and_exponents(topk_batch):
   assert not np.allclose(x_new, x_old)
   # Same rotation and noise, smaller eigenvalues: the second moment shrinks.
   assert (x_new ** 2).sum() < (x_old ** 2).sum()
+
+
+def test_a_slice_of_a_batch_can_be_drawn_on_its_own():
+  """sample_batch(key, n)[i:j] == sample_contexts(split(key, n)[i:j]): evaluation sets too
+  large for memory are drawn chunk by chunk and are still the same contexts."""
+  kwargs = dict(d=4, P=8, a=0.5, b=0.25, task="topk", k=2)
+  whole = tasks.sample_batch(jax.random.key(3), 10, **kwargs)
+  part = tasks.sample_contexts(jax.random.split(jax.random.key(3), 10)[4:7], **kwargs)
+  for full_leaf, part_leaf in zip(whole, part):
+    np.testing.assert_allclose(np.asarray(full_leaf)[4:7], np.asarray(part_leaf), rtol=1e-6,
+                               atol=1e-6)

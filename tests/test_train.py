@@ -360,3 +360,14 @@ def test_cosine_schedule_trains_to_max_steps_and_ends_at_zero():
   assert int(state.step) == settings.max_steps
   assert np.all(np.asarray(state.steps_trained_SM) == settings.max_steps)
   assert converged_before_end and not any(converged_before_end)  # nothing frozen early
+
+
+def test_orthogonal_input_map_has_the_gaussian_mean_gram_without_spread():
+  gaussian = init_grid(jax.random.key(0), GridLayout((1,)), (0,), d=4, N=N, scales=InitScales())
+  orthogonal = init_grid(jax.random.key(0), GridLayout((1,)), (0,), d=4, N=N,
+                         scales=InitScales(W_x_init="orthogonal"))
+  W_x = np.asarray(orthogonal["model"]["W_x"])[0, 0]
+  np.testing.assert_allclose(W_x.T @ W_x, (N / 4) * np.eye(4), atol=1e-5)
+  spread = np.linalg.eigvalsh(np.asarray(gaussian["model"]["W_x"])[0, 0].T
+                              @ np.asarray(gaussian["model"]["W_x"])[0, 0])
+  assert spread.max() / spread.min() > 1.5  # what the orthogonal start removes

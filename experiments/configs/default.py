@@ -81,6 +81,9 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.eval_size = 10240
   # Contexts per evaluation call (bounds evaluation memory).
   config.eval_chunk_size = 2048
+  # Input-map initialisation: "gaussian" (W_x ~ N(0, 1/d)) or "orthogonal" (sqrt(N/d) x
+  # orthonormal columns: the same mean W_x^T W_x = (N/d) I with no eigenvalue spread).
+  config.W_x_init = "gaussian"
   # Query/key initialisation: "random" (W_q, W_k ~ N(0, qk_init_scale^2 / N)) or "identity"
   # (W_q, W_k = qk_init_scale I + qk_init_noise N(0, 1); softmax logits start near
   # qk_init_scale^2 N cos(x_test, x_i)).
