@@ -5,7 +5,9 @@
 Isotropic inputs make every Sigma^r q equal, so the floor T - h^T G^+ h does not move
 with depth: depths 1, 2, 4 show the plateau, and the deepest trained loss is compared
 with `theory.linear_floor` (paper Table 3: 59.37 theory vs 59.85 trained). Same training
-regime as depth_law.py. Committed results: results/linear_floor/.
+schedule and optimiser as depth_law.py (Adam, cosine), with a lower rate, an orthogonal input
+map and a larger identity scale: what the linear model needs at this size (BUILD_NOTES
+"Linear floor"). About 30 minutes on 2 CPU cores. Committed results: results/linear_floor/.
 """
 
 from experiments.configs import default
