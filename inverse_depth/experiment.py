@@ -101,14 +101,14 @@ def theory_bound(config, model: str, a: float, b: float) -> dict | None:
     return None
   key = jax.random.fold_in(jax.random.key(config.seed), THEORY_STREAM)
   problem = config_lib.problem(config, model, a, b)
-  sizes = dict(d=problem.d, P=problem.P, a=problem.a, b=problem.b, k=problem.k,
-               task=problem.task, num_samples=config.bound_samples,
-               chunk_size=max(1, min(10_000, BOUND_CHUNK_FLOATS // (problem.P * problem.d))))
+  monte_carlo = dict(d=problem.d, P=problem.P, a=problem.a, b=problem.b, k=problem.k,
+                     task=problem.task, num_samples=config.bound_samples,
+                     chunk_size=max(1, min(10_000, BOUND_CHUNK_FLOATS // (problem.P * problem.d))))
   if model == "softmax":
-    bound = theory.softmax_bound(key, **sizes)
+    bound = theory.softmax_bound(key, **monte_carlo)
     return dict(kind="softmax_bound", reference=bound["single"],
                 reference_se=bound["single_se"], **_jsonable(bound))
-  floor = theory.linear_floor(key, depth=max(config.depths), **sizes)
+  floor = theory.linear_floor(key, depth=max(config.depths), **monte_carlo)
   return dict(kind="linear_floor", reference=floor["floor"], reference_se=floor["floor_se"],
               depth=max(config.depths), **_jsonable(floor))
 
