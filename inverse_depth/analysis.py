@@ -32,6 +32,15 @@ def decompose(layer_preds, target) -> dict:
   return dict(R=R, A=A, C=C, disagreement=A - C, identity_residual=R - (C + (A - C) / depth))
 
 
+def is_clean(run: dict) -> bool:
+  """A run record that enters means and fits: neither diverged nor flagged."""
+  return not (run["diverged"] or run.get("flagged", False))
+
+
+def clean_runs(runs: list[dict]) -> list[dict]:
+  return [r for r in runs if is_clean(r)]
+
+
 def seed_means(runs: list[dict], field: str) -> tuple[list[int], list[float], list[float]]:
   """Per depth, the mean and standard error over non-diverged seeds of a run-record field.
 

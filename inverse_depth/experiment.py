@@ -91,6 +91,11 @@ def grid_name(model: str, a: float, b: float) -> str:
   return f"{model}_a{float(a):g}_b{float(b):g}"
 
 
+def grid_label(model: str, ensemble: bool) -> str:
+  """The model name a grid's records and metrics carry ("softmax-ensemble" for the control)."""
+  return model + ENSEMBLE_SUFFIX if ensemble else model
+
+
 def theory_bound(config, model: str, a: float, b: float) -> dict | None:
   """The bound a grid of `model` is judged against, or None with bound_samples = 0.
 
@@ -184,7 +189,7 @@ def train_grid(config, model: str, a: float, b: float, workdir: str, stop: StopS
                         data_key=keys["data"])
   sample = jax.jit(problem.sample, static_argnums=1)
   val_set = sample(keys["val"], config.val_size)
-  label = model + ENSEMBLE_SUFFIX if ensemble else model
+  label = grid_label(model, ensemble)
   state, train_time_s = _train_resumably(config, trainer, label, val_set, workdir, stop)
   eval_start = time.time()
   if ensemble:
@@ -275,9 +280,8 @@ def _run_records(config, trainer: GridTrainer, state, eval_key: jax.Array, label
           on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
           target_second_moment=float(np.mean(target_E ** 2))))
   flag_outliers(runs, None if bound is None else bound["reference"], config.outlier_factor)
-  clean_SD = np.array([[not (r["diverged"] or r["flagged"]) for r in runs[s * len(views):
-                                                                         (s + 1) * len(views)]]
-                       for s in range(len(trainer.seeds))])
+  clean_SD = np.array([analysis.is_clean(r) for r in runs]).reshape(len(trainer.seeds),
+                                                                    len(views))
   return runs, paired_differences([L for L, _, _ in views], squared_errors_SDE, clean_SD)
 
 
@@ -335,7 +339,7 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   Diverged and flagged models are left out of the means and the fit.
   """
   first = runs[0]
-  clean = [r for r in runs if not (r["diverged"] or r.get("flagged", False))]
+  clean = analysis.clean_runs(runs)
   depths, losses, loss_se = analysis.seed_means(clean, "eval_loss")
   _, shared, _ = analysis.seed_means(clean, "C")
   _, disagreement, _ = analysis.seed_means(clean, "disagreement")
@@ -463,7 +467,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
   all_runs, fits, grid_times, trained = [], [], [], []
   with StopSignals() as stop:
     for model, a, b, ensemble in grid_plan(config):
-      name = grid_name(model + ENSEMBLE_SUFFIX if ensemble else model, a, b)
+      name = grid_name(grid_label(model, ensemble), a, b)
       grid_path = os.path.join(workdir, "grids", name + ".json")
       if os.path.exists(grid_path):
         logging.info("Grid %s already done; loading %s", name, grid_path)

@@ -27,13 +27,8 @@ def _runs_of(results: dict, fit: dict) -> list[dict]:
   return [r for r in results["runs"] if all(r[f] == fit[f] for f in ("model", "task", "k", "a", "b"))]
 
 
-def _clean(runs: list[dict]) -> list[dict]:
-  """Runs that enter means and fits: neither diverged nor flagged."""
-  return [r for r in runs if not (r["diverged"] or r.get("flagged", False))]
-
-
 def _by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
-  depths, means, _ = analysis.seed_means(_clean(runs), field)
+  depths, means, _ = analysis.seed_means(analysis.clean_runs(runs), field)
   return np.array(depths), np.array(means)
 
 
@@ -216,7 +211,7 @@ def _table(results: dict, fit: dict) -> list[str]:
           "| steps | converged | flagged | diverged |", "|---|---|---|---|---|---|---|---|---|---|"]
   for depth in sorted({r["depth"] for r in runs}):
     everyone = [r for r in runs if r["depth"] == depth]
-    at = _clean(everyone)
+    at = analysis.clean_runs(everyone)
 
     def mean(field):
       return np.mean([r[field] for r in at]) if at else float("nan")
