@@ -61,7 +61,7 @@ def grid_config(*, model: str, depths, num_seeds: int, d: int, P: int, N: int, b
 def make_trainer(config, seeds=None) -> GridTrainer:
   """The trainer `experiments.run` would build for this config (spectrum a = b = 0)."""
   init, data, _, _ = jax.random.split(jax.random.key(config.seed), 4)
-  return GridTrainer(config.model, config_lib.problem(config, config.model, 0.0, 0.0), tuple(config.depths),
+  return GridTrainer(config.model, config_lib.problem(config, config.model), tuple(config.depths),
                      tuple(range(config.num_seeds)) if seeds is None else tuple(seeds),
                      config_lib.train_settings(config), N=config_lib.width(config, config.model),
                      init_scales=config_lib.init_scales(config), init_key=init, data_key=data)

@@ -5,6 +5,7 @@ field, its value and what is allowed. The set of fields is fixed (`FIELDS`):
 an unknown or missing field is an error too.
 """
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -112,6 +113,10 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "bound_samples": _int_at_least(0),
     "outlier_factor": _real_in(1.0, math.inf, open_low=True, open_high=True),
     "ensemble_control": (lambda v: isinstance(v, bool), "True or False"),
+    "diagnostic_size": _int_at_least(0),
+    "model_overrides": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
+                        and set(v.keys()) <= set(MODELS),
+                        f"a mapping from model kinds ({', '.join(MODELS)}) to field values"),
     "seed": (_is_int, "an integer"),
     "checkpoint_every": _int_at_least(1),
     "checkpoints_to_keep": _int_at_least(1),
@@ -124,8 +129,43 @@ FIELDS: dict[str, tuple[Callable, str]] = {
 RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
 
 
+# Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
+# everything but what defines the table (task, k, spectra), the seeds and the sizes (which
+# are per kind already).
+NOT_OVERRIDABLE = ("model", "model_overrides", "task", "k", "spectra", "sizes", "seed",
+                   "num_seeds")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ConfigError naming the first invalid, unknown or missing field."""
+  """Raises ConfigError naming the first invalid, unknown or missing field, checking every
+  model kind's resolved config (`resolve`) too."""
+  _validate_fields(config)
+  for model, overrides in config.model_overrides.items():
+    for field in overrides.keys():
+      if field not in FIELDS or field in NOT_OVERRIDABLE:
+        _fail(f"model_overrides.{model}.{field}", overrides[field],
+              "a field name other than " + ", ".join(NOT_OVERRIDABLE) + " (known fields: "
+              + ", ".join(FIELDS) + ")")
+      ok, allowed = FIELDS[field]
+      if not ok(overrides[field]):
+        _fail(f"model_overrides.{model}.{field}", overrides[field], allowed)
+  for model in model_names(config):
+    _validate_fields(resolve(config, model))
+
+
+def resolve(config: ml_collections.ConfigDict, model: str) -> ml_collections.ConfigDict:
+  """The config that the grids of `model` run under: config with
+  config.model_overrides[model] applied (and no overrides left)."""
+  resolved = ml_collections.ConfigDict(config.to_dict())
+  overrides = config.model_overrides.get(model, {})
+  with resolved.unlocked():
+    for field in overrides.keys():
+      resolved[field] = overrides[field]
+    resolved.model_overrides = {}
+  return resolved
+
+
+def _validate_fields(config: ml_collections.ConfigDict) -> None:
   unknown = sorted(set(config.keys()) - set(FIELDS))
   if unknown:
     raise ConfigError(f"config.{unknown[0]} is not a known field; known fields: "
@@ -175,11 +215,15 @@ def config_hash(config_dict: dict) -> str:
 SIZE_FIELDS = ("d", "P", "N")  # per model kind: input dim, context length, hidden width
 
 
-def problem(config, model: str, a: float, b: float) -> Problem:
-  """The task, spectrum and sizes one grid of `model` learns."""
+def problem(config, model: str) -> Problem:
+  """The task, sizes and spectra the grid of `model` learns."""
   sizes = config.sizes[model]
-  return Problem(task=config.task, k=int(config.k), a=float(a), b=float(b), d=int(sizes["d"]),
-                 P=int(sizes["P"]))
+  return Problem(task=config.task, k=int(config.k), d=int(sizes["d"]), P=int(sizes["P"]),
+                 spectra=spectra(config))
+
+
+def spectra(config) -> tuple[tuple[float, float], ...]:
+  return tuple((float(a), float(b)) for a, b in config.spectra)
 
 
 def width(config, model: str) -> int:
@@ -202,3 +246,76 @@ def init_scales(config) -> InitScales:
   return InitScales(qk_scale=config.qk_init_scale, positive_gain=config.positive_gain,
                     qk_init=config.qk_init, qk_noise=config.qk_init_noise,
                     W_x_init=config.W_x_init)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridSpec:
+  """Everything one grid needs, resolved from the config once (`grid_specs`).
+
+  A grid is one model kind trained on every (spectrum, seed, depth) of the config in
+  one process. The ensemble control of a softmax grid is a grid of its own: per seed,
+  max(depths) one-layer models, reported at depth L as the average of the first L.
+  """
+  model: str  # model kind (a key of models.LAYER_PREDICTIONS)
+  ensemble: bool  # the ensemble control of `model`
+  problem: Problem  # task, k, d, P and the spectra
+  depths: tuple[int, ...]  # the reported depths
+  seeds: tuple[int, ...]
+  N: int  # hidden width
+  train: TrainSettings
+  init: InitScales
+  val_size: int
+  eval_size: int
+  eval_chunk_size: int
+  diagnostic_size: int
+  bound_samples: int
+  outlier_factor: float
+  checkpoint_every: int
+  checkpoints_to_keep: int
+  root_seed: int
+  config_hash: str  # of the whole experiment config
+
+  @property
+  def label(self) -> str:
+    """The model name the grid's records and metrics carry ("softmax-ensemble" for the
+    ensemble control)."""
+    return self.model + ENSEMBLE_SUFFIX if self.ensemble else self.model
+
+  @property
+  def trained_depths(self) -> tuple[int, ...]:
+    return (1,) * max(self.depths) if self.ensemble else self.depths
+
+  @property
+  def name(self) -> str:
+    """File name of the grid (grids/<name>.json, checkpoints/<name>/)."""
+    return self.label + "_" + "+".join(spectrum_name(a, b) for a, b in self.problem.spectra)
+
+
+ENSEMBLE_SUFFIX = "-ensemble"
+
+
+def spectrum_name(a: float, b: float) -> str:
+  return f"a{float(a):g}_b{float(b):g}"
+
+
+def grid_specs(config: ml_collections.ConfigDict) -> list[GridSpec]:
+  """The grids of a validated config, in training order: per model kind its grid, then (for
+  softmax with ensemble_control) the ensemble control."""
+  specs = []
+  digest = config_hash(config.to_dict())
+  for model in model_names(config):
+    resolved = resolve(config, model)
+    for ensemble in (False, True):
+      if ensemble and not (resolved.ensemble_control and model == "softmax"):
+        continue
+      specs.append(GridSpec(
+          model=model, ensemble=ensemble, problem=problem(resolved, model),
+          depths=tuple(int(L) for L in resolved.depths), seeds=tuple(range(resolved.num_seeds)),
+          N=width(resolved, model), train=train_settings(resolved),
+          init=init_scales(resolved), val_size=resolved.val_size,
+          eval_size=resolved.eval_size, eval_chunk_size=resolved.eval_chunk_size,
+          diagnostic_size=resolved.diagnostic_size, bound_samples=resolved.bound_samples,
+          outlier_factor=resolved.outlier_factor, checkpoint_every=resolved.checkpoint_every,
+          checkpoints_to_keep=resolved.checkpoints_to_keep, root_seed=resolved.seed,
+          config_hash=digest))
+  return specs

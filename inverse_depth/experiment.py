@@ -1,4 +1,5 @@
-"""One experiment: a grid per (model kind, spectrum), trained, evaluated, fitted, reported.
+"""One experiment: a grid per model kind (all its spectra, seeds and depths in one process),
+trained, evaluated, fitted, reported.
 
 Data flows one way: config -> tasks -> grid -> train -> evaluate -> results.json
 -> analysis -> report.
@@ -14,7 +15,6 @@ the end of the current chunk after a checkpoint (`Interrupted`).
 """
 
 import contextlib
-import datetime
 import json
 import os
 import signal
@@ -26,13 +26,15 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from inverse_depth import analysis, config as config_lib, report, theory
+from inverse_depth import analysis, config as config_lib, diagnostics, report, tasks, theory
 from inverse_depth.checkpoint import GridCheckpoints
-from inverse_depth.files import write_json_atomic, write_text_atomic
+from inverse_depth.config import GridSpec
+from inverse_depth.files import write_json_atomic
 from inverse_depth.train import GridTrainer
+from inverse_depth.workdir import (CONFIG_FILE, RESULTS_FILE, MetricsLog, WorkdirConflict,
+                                   check_workdir, move_aside)
 
-RESULTS_FILE = "results.json"
-METRICS_FILE = "metrics.jsonl"
+__all__ = ["run", "Interrupted", "WorkdirConflict", "check_workdir", "move_aside"]
 
 
 class Interrupted(RuntimeError):
@@ -82,45 +84,61 @@ def _root_keys(seed: int) -> dict[str, jax.Array]:
   return dict(init=init, data=data, val=val, eval=evaluation)
 
 
-ENSEMBLE_SUFFIX = "-ensemble"
 THEORY_STREAM = 5  # fold_in index of the theory bounds' key (the four streams above are split)
 BOUND_CHUNK_FLOATS = 2 ** 25  # context inputs per Monte Carlo chunk of a bound (memory)
+SELECTION_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
 
 def grid_name(model: str, a: float, b: float) -> str:
-  return f"{model}_a{float(a):g}_b{float(b):g}"
+  """Name of one (model, spectrum) grid: its bound file, and its grid file when the config
+  has one spectrum."""
+  return f"{model}_{config_lib.spectrum_name(a, b)}"
 
 
-def grid_label(model: str, ensemble: bool) -> str:
-  """The model name a grid's records and metrics carry ("softmax-ensemble" for the control)."""
-  return model + ENSEMBLE_SUFFIX if ensemble else model
-
-
-def theory_bound(config, model: str, a: float, b: float) -> dict | None:
-  """The bound a grid of `model` is judged against, or None with bound_samples = 0.
+def theory_bound(spec: GridSpec, a: float, b: float) -> dict | None:
+  """The bound the (a, b) models of a grid are judged against, or None with
+  bound_samples = 0.
 
   softmax: `theory.softmax_bound` (best single cosine-attention layer and best mixture);
   linear: `theory.linear_floor` of the deepest covariance polynomial of the grid.
   """
-  if not config.bound_samples:
+  if not spec.bound_samples:
     return None
-  key = jax.random.fold_in(jax.random.key(config.seed), THEORY_STREAM)
-  problem = config_lib.problem(config, model, a, b)
-  monte_carlo = dict(d=problem.d, P=problem.P, a=problem.a, b=problem.b, k=problem.k,
-                     task=problem.task, num_samples=config.bound_samples,
+  key = jax.random.fold_in(jax.random.key(spec.root_seed), THEORY_STREAM)
+  problem = spec.problem
+  monte_carlo = dict(d=problem.d, P=problem.P, a=a, b=b, k=problem.k, task=problem.task,
+                     num_samples=spec.bound_samples,
                      chunk_size=max(1, min(10_000, BOUND_CHUNK_FLOATS // (problem.P * problem.d))))
-  if model == "softmax":
+  if spec.model == "softmax":
     bound = theory.softmax_bound(key, **monte_carlo)
     return dict(kind="softmax_bound", reference=bound["single"],
                 reference_se=bound["single_se"], **_jsonable(bound))
-  floor = theory.linear_floor(key, depth=max(config.depths), **monte_carlo)
+  floor = theory.linear_floor(key, depth=max(spec.depths), **monte_carlo)
   return dict(kind="linear_floor", reference=floor["floor"], reference_se=floor["floor_se"],
-              depth=max(config.depths), **_jsonable(floor))
+              depth=max(spec.depths), **_jsonable(floor))
 
 
 def _jsonable(values: dict) -> dict:
   return {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
           for k, v in values.items()}
+
+
+def _cached_bound(spec: GridSpec, a: float, b: float, workdir: str) -> dict | None:
+  """theory_bound, computed once per workdir (bounds/<model>_a<a>_b<b>.json) and shared by a
+  grid and its ensemble control."""
+  path = os.path.join(workdir, "bounds", grid_name(spec.model, a, b) + ".json")
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  start = time.time()
+  bound = theory_bound(spec, a, b)
+  if bound is not None:
+    logging.info("[%s] theory bound %.4g (+- %.2g) from %d contexts in %.0f s",
+                 grid_name(spec.model, a, b), bound["reference"], bound["reference_se"],
+                 spec.bound_samples, time.time() - start)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json_atomic(path, bound)
+  return bound
 
 
 PLATEAU_FRACTION = 0.9
@@ -134,83 +152,90 @@ def uniform_attention_loss(mean_label, target) -> float:
   return float(np.mean(target ** 2) - np.mean(target * mean_label) ** 2 / np.mean(mean_label ** 2))
 
 
-def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size: int):
-  """Per-layer predictions [S, T, E], targets [E] and context mean labels [E] on the
-  evaluation set sample(key, size), drawn and evaluated chunk by chunk so that only one
-  chunk of contexts is ever in memory (at d = 128, P = 1024 the whole set would not be)."""
+def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size: int,
+             spectrum: int, views: list[slice], diagnostic_size: int):
+  """Held-out evaluation of one spectrum's seeds on sample_contexts(split(key, size)), drawn
+  and evaluated chunk by chunk so that only one chunk of contexts is in memory (at d = 128,
+  P = 1024 the whole set would not be).
+
+  Returns per-layer predictions [seeds, T, E], targets [E], context mean labels [E], and
+  the diagnostics (diagnostics.py) of each view (`views`: the packed layers whose mean is a
+  reported model) on the first whole chunks covering `diagnostic_size` contexts: mode-wise
+  losses [seeds, V, D] and their zero-predictor values [D] (means over those contexts),
+  selection errors [seeds, V, n] for attention models, and n.
+  """
+  a, b = trainer.problem.spectra[spectrum]
   keys = jax.random.split(key, size)
   sample = jax.jit(trainer.problem.sample_contexts)
-  preds, targets, mean_labels = [], [], []
+  rotations = jax.jit(jax.vmap(lambda k: tasks.context_rotation(k, trainer.problem.d)))
+  weights_VT = diagnostics.view_weights(trainer.layout.total_layers, views)
+  preds, targets, mean_labels, diagnosed = [], [], [], []
   for start in range(0, size, chunk_size):
-    chunk = sample(keys[start:start + chunk_size])
-    preds.append(trainer.predict(params, chunk, chunk_size))
+    chunk_keys = keys[start:start + chunk_size]
+    chunk = sample(chunk_keys, a, b)
+    preds.append(trainer.predict(params, chunk, chunk_size, spectrum))
     targets.append(np.asarray(chunk.target_B, np.float64))
     mean_labels.append(np.asarray(chunk.y_context_BP, np.float64).mean(axis=1))
-  return np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels)
+    if start < diagnostic_size:
+      diagnosed.append(jax.tree.map(np.asarray, trainer.diagnostics(
+          params, chunk, rotations(chunk_keys), spectrum, weights_VT)))
+  counts = np.array([min(chunk_size, size - start) for start in range(0, size, chunk_size)
+                     ][:len(diagnosed)], np.float64)
+  found = dict(contexts=int(counts.sum()))
+  if diagnosed:
+    found["modewise_loss"] = sum(c * d["modewise_loss"] for c, d in zip(counts, diagnosed)
+                                 ) / counts.sum()
+    found["modewise_zero_loss"] = sum(c * d["modewise_zero_loss"]
+                                      for c, d in zip(counts, diagnosed)) / counts.sum()
+    if "selection_error" in diagnosed[0]:
+      found["selection_error"] = np.concatenate([d["selection_error"] for d in diagnosed], -1)
+  return (np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels),
+          found)
 
 
-def _drop_metrics_after(path: str, model: str, a: float, b: float, step: int) -> None:
-  """Removes metrics lines of grid (model, a, b) beyond `step` (left by an interrupted run),
-  and any line a killed process left half written."""
-  if not os.path.exists(path):
-    return
-  with open(path) as f:
-    lines = f.readlines()
+def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
+               bounds: list[dict | None]) -> dict:
+  """Trains (or resumes) one grid and evaluates it, spectrum by spectrum.
 
-  def keep(line):
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError:
-      logging.warning("Dropping a half-written line of %s: %r", path, line[:80])
-      return False
-    return (record["model"], record["a"], record["b"]) != (model, a, b) or record["step"] <= step
-
-  kept = [line.rstrip("\n") + "\n" for line in lines if line.strip() and keep(line)]
-  if kept != lines:
-    write_text_atomic(path, "".join(kept))
-
-
-def train_grid(config, model: str, a: float, b: float, workdir: str, stop: StopSignals, *,
-               ensemble: bool = False, bound: dict | None = None) -> dict:
-  """Trains (or resumes) one grid and evaluates it.
-
-  With `ensemble`, the grid is the ensemble control of a `model` grid: per seed,
+  With `spec.ensemble`, the grid is the ensemble control of a softmax grid: per seed,
   max(depths) one-layer models (independent initialisations, the seed's training
   stream), reported at each depth L as the average of the first L of them.
-  Returns {"runs": one record per (seed, depth) model, "paired_differences",
-  "bound", "train_time_s", "wall_time_s"}.
+  Returns {"runs": one record per (spectrum, seed, depth) model, "paired_differences" and
+  "bounds" (one entry per spectrum), "train_time_s", "wall_time_s"}.
   """
-  keys = _root_keys(config.seed)
-  problem = config_lib.problem(config, model, a, b)
-  depths = (1,) * max(config.depths) if ensemble else tuple(config.depths)
-  trainer = GridTrainer(model, problem, depths, tuple(range(config.num_seeds)),
-                        config_lib.train_settings(config), N=config_lib.width(config, model),
-                        init_scales=config_lib.init_scales(config), init_key=keys["init"],
+  keys = _root_keys(spec.root_seed)
+  trainer = GridTrainer(spec.model, spec.problem, spec.trained_depths, spec.seeds, spec.train,
+                        N=spec.N, init_scales=spec.init, init_key=keys["init"],
                         data_key=keys["data"])
-  sample = jax.jit(problem.sample, static_argnums=1)
-  val_set = sample(keys["val"], config.val_size)
-  label = grid_label(model, ensemble)
-  state, train_time_s = _train_resumably(config, trainer, label, val_set, workdir, stop)
+  sample = jax.jit(spec.problem.sample, static_argnums=1)
+  val_sets = tuple(sample(keys["val"], spec.val_size, a, b) for a, b in spec.problem.spectra)
+  state, train_time_s = _train_resumably(spec, trainer, val_sets, workdir, stop)
   eval_start = time.time()
-  if ensemble:
-    views = [(L, slice(0, L), list(range(L))) for L in config.depths]
+  if spec.ensemble:
+    views = [(L, slice(0, L), list(range(L))) for L in spec.depths]
   else:
-    views = [(L, trainer.layout.layer_slice(m), [m]) for m, L in enumerate(config.depths)]
-  runs, paired = _run_records(config, trainer, state, keys["eval"], label, views, bound)
-  return dict(runs=runs, paired_differences=paired, bound=bound, train_time_s=train_time_s,
+    views = [(L, trainer.layout.layer_slice(m), [m]) for m, L in enumerate(spec.depths)]
+  runs, paired = [], []
+  for spectrum, bound in enumerate(bounds):
+    spectrum_runs, spectrum_paired = _run_records(spec, trainer, state, keys["eval"], spectrum,
+                                                  views, bound)
+    runs += spectrum_runs
+    paired.append(spectrum_paired)
+  return dict(runs=runs, paired_differences=paired, bounds=bounds, train_time_s=train_time_s,
               wall_time_s=train_time_s + time.time() - eval_start)
 
 
-def _train_resumably(config, trainer: GridTrainer, label: str, val_set, workdir: str,
+def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: str,
                      stop: StopSignals):
   """Runs trainer.fit from the newest checkpoint (or from initialisation), logging
-  metrics (under the model name `label`) and checkpointing; returns (final state, training
-  seconds over all attempts)."""
-  name = grid_name(label, trainer.problem.a, trainer.problem.b)
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", name),
-                                max_to_keep=config.checkpoints_to_keep,
-                                config_hash=config_lib.config_hash(config.to_dict()),
+  metrics (one line per spectrum and evaluation) and checkpointing; returns (final state,
+  training seconds over all attempts)."""
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
+                                max_to_keep=spec.checkpoints_to_keep,
+                                config_hash=spec.config_hash,
                                 layout_depths=trainer.layout.depths)
+  metrics = MetricsLog(workdir)
+  num_seeds = len(spec.seeds)
   with contextlib.closing(checkpoints):
     state = trainer.init_state()
     previous_time_s = 0.0
@@ -218,69 +243,87 @@ def _train_resumably(config, trainer: GridTrainer, label: str, val_set, workdir:
     if restored is not None:
       state, meta = restored
       previous_time_s = meta["train_time_s"]
-      logging.info("[%s] resuming from the checkpoint at step %d", name, int(state.step))
-    model, a, b = label, trainer.problem.a, trainer.problem.b
-    metrics_path = os.path.join(workdir, METRICS_FILE)
-    _drop_metrics_after(metrics_path, model, a, b, int(state.step))
+      logging.info("[%s] resuming from the checkpoint at step %d", spec.name, int(state.step))
+    metrics.drop_after(spec.label, spec.problem.spectra, int(state.step))
     train_time_s = previous_time_s
-    with open(metrics_path, "a") as metrics_file:
-      for state, progress in trainer.fit(state, val_set, config.eval_chunk_size):
-        train_time_s = previous_time_s + progress["elapsed_s"]
-        metrics_file.write(json.dumps(dict(model=model, a=a, b=b, train_time_s=train_time_s,
-                                           **progress)) + "\n")
-        metrics_file.flush()
-        val_by_model = np.mean(progress["val_loss"], axis=0)
-        if len(val_by_model) == len(config.depths):
-          val_text = " ".join(f"L{L}={r:.4g}" for L, r in zip(config.depths, val_by_model))
-        else:  # the ensemble control's one-layer models
-          val_text = (f"{len(val_by_model)} one-layer models, mean {val_by_model.mean():.4g} "
-                      f"(min {val_by_model.min():.4g}, max {val_by_model.max():.4g})")
-        logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R: %s  "
-                     "converged %d/%d", name, progress["step"], config.max_steps,
-                     progress["elapsed_s"], progress["eta_max_s"], val_text,
-                     int(np.sum(progress["converged"])), np.size(progress["converged"]))
-        if progress["step"] % config.checkpoint_every == 0 or stop.received is not None:
-          checkpoints.save(state, train_time_s=train_time_s)
-        stop.check(f"in grid {name} at step {progress['step']} (checkpoint saved)")
+    for state, progress in trainer.fit(state, val_sets, spec.eval_chunk_size):
+      train_time_s = previous_time_s + progress["elapsed_s"]
+      per_model = {k: v for k, v in progress.items() if isinstance(v, list)}
+      metrics.append([
+          dict(model=spec.label, a=a, b=b, train_time_s=train_time_s,
+               **{k: v for k, v in progress.items() if k not in per_model},
+               **{k: v[j * num_seeds:(j + 1) * num_seeds] for k, v in per_model.items()})
+          for j, (a, b) in enumerate(spec.problem.spectra)])
+      logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R: %s  converged %d/%d",
+                   spec.name, progress["step"], spec.train.max_steps, progress["elapsed_s"],
+                   progress["eta_max_s"], _validation_text(spec, progress["val_loss"]),
+                   int(np.sum(progress["converged"])), np.size(progress["converged"]))
+      if progress["step"] % spec.checkpoint_every == 0 or stop.received is not None:
+        checkpoints.save(state, train_time_s=train_time_s)
+      stop.check(f"in grid {spec.name} at step {progress['step']} (checkpoint saved)")
     checkpoints.save(state, train_time_s=train_time_s)  # the trained models, kept for analysis
   return state, train_time_s
 
 
-def _run_records(config, trainer: GridTrainer, state, eval_key: jax.Array, label: str, views,
-                 bound: dict | None) -> tuple[list[dict], list[dict]]:
-  """One results.json run record per (seed, depth) model, from held-out predictions, and
-  the paired differences of consecutive depths (`paired_differences`).
+def _validation_text(spec: GridSpec, val_loss_SM) -> str:
+  """Mean validation loss per depth (over every replicate), for the progress line."""
+  val_by_model = np.mean(val_loss_SM, axis=0)
+  if spec.ensemble:
+    return (f"{len(val_by_model)} one-layer models, mean {val_by_model.mean():.4g} "
+            f"(min {val_by_model.min():.4g}, max {val_by_model.max():.4g})")
+  spectra = f" (mean over {len(spec.problem.spectra)} spectra)" if len(spec.problem.spectra) > 1 else ""
+  return " ".join(f"L{L}={r:.4g}" for L, r in zip(spec.depths, val_by_model)) + spectra
+
+
+def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Array,
+                 spectrum: int, views, bound: dict | None) -> tuple[list[dict], list[dict]]:
+  """One results.json run record per (seed, depth) model of one spectrum, from held-out
+  predictions, and the paired differences of consecutive depths (`paired_differences`).
 
   `views` lists, per reported depth L, the packed layers whose predictors form the model
   (a slice) and the trained grid models they belong to (for the bookkeeping fields).
   """
-  layer_preds_STE, target_E, mean_label_E = evaluate(trainer, state.params, eval_key,
-                                                     config.eval_size, config.eval_chunk_size)
+  a, b = spec.problem.spectra[spectrum]
+  layer_preds_STE, target_E, mean_label_E, found = evaluate(
+      trainer, state.params, eval_key, spec.eval_size, spec.eval_chunk_size, spectrum,
+      [layers for _, layers, _ in views], spec.diagnostic_size)
   plateau_loss = uniform_attention_loss(mean_label_E, target_E)
   squared_errors_SDE = np.stack([
       [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
-       for _, layers, _ in views] for s in range(len(trainer.seeds))])
+       for _, layers, _ in views] for s in range(len(spec.seeds))])
   runs = []
-  for s, seed in enumerate(trainer.seeds):
+  for s, seed in enumerate(spec.seeds):
+    r = spectrum * len(spec.seeds) + s  # the replicate
     for i, (depth, layers, members) in enumerate(views):
       parts = analysis.decompose(layer_preds_STE[s, layers], target_E)
-      runs.append(dict(
-          model=label, task=config.task, k=config.k, a=trainer.problem.a,
-          b=trainer.problem.b, d=trainer.problem.d, P=trainer.problem.P, N=trainer.N,
-          depth=depth, seed=seed, eval_loss=parts["R"],
+      record = dict(
+          model=spec.label, task=spec.problem.task, k=spec.problem.k, a=a, b=b,
+          d=spec.problem.d, P=spec.problem.P, N=spec.N, depth=depth, seed=seed,
+          eval_loss=parts["R"],
           eval_loss_se=float(squared_errors_SDE[s, i].std() / np.sqrt(target_E.size)),
           A=parts["A"], C=parts["C"], disagreement=parts["disagreement"],
           identity_residual=parts["identity_residual"],
-          diverged=bool(state.diverged_SM[s, members].any()),
-          diverged_at_step=int(state.diverged_at_step_SM[s, members].max()),
-          converged=bool(state.converged_SM[s, members].all()),
-          steps=int(state.steps_trained_SM[s, members].max()),
-          final_lr_scale=float(state.lr_scale_SM[s, members].mean()),
+          diverged=bool(state.diverged_SM[r, members].any()),
+          diverged_at_step=int(state.diverged_at_step_SM[r, members].max()),
+          converged=bool(state.converged_SM[r, members].all()),
+          steps=int(state.steps_trained_SM[r, members].max()),
+          final_lr_scale=float(state.lr_scale_SM[r, members].mean()),
           uniform_attention_loss=plateau_loss,
           on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
-          target_second_moment=float(np.mean(target_E ** 2))))
-  flag_outliers(runs, None if bound is None else bound["reference"], config.outlier_factor)
-  clean_SD = np.array([analysis.is_clean(r) for r in runs]).reshape(len(trainer.seeds),
+          target_second_moment=float(np.mean(target_E ** 2)),
+          diagnostic_contexts=found["contexts"])
+      if "modewise_loss" in found:
+        record.update(modewise_loss=found["modewise_loss"][s, i].tolist(),
+                      modewise_zero_loss=found["modewise_zero_loss"].tolist())
+      if "selection_error" in found:
+        errors = found["selection_error"][s, i]
+        record.update(selection_error_mean=float(errors.mean()),
+                      selection_error_percentiles=dict(zip(
+                          (str(q) for q in SELECTION_PERCENTILES),
+                          np.percentile(errors, SELECTION_PERCENTILES).tolist())))
+      runs.append(record)
+  flag_outliers(runs, None if bound is None else bound["reference"], spec.outlier_factor)
+  clean_SD = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),
                                                                     len(views))
   return runs, paired_differences([L for L, _, _ in views], squared_errors_SDE, clean_SD)
 
@@ -367,88 +410,10 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   return fit
 
 
-def grid_plan(config) -> list[tuple[str, float, float, bool]]:
-  """(model kind, a, b, is the ensemble control) of every grid, in training order."""
-  plan = []
-  for model in config_lib.model_names(config):
-    for a, b in config.spectra:
-      plan.append((model, float(a), float(b), False))
-      if config.ensemble_control and model == "softmax":
-        plan.append((model, float(a), float(b), True))
-  return plan
-
-
-def _cached_bound(config, model: str, a: float, b: float, workdir: str) -> dict | None:
-  """theory_bound, computed once per workdir (bounds/<grid>.json) and shared by a grid and
-  its ensemble control."""
-  path = os.path.join(workdir, "bounds", grid_name(model, a, b) + ".json")
-  if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
-  start = time.time()
-  bound = theory_bound(config, model, a, b)
-  if bound is not None:
-    logging.info("[%s] theory bound %.4g (+- %.2g) from %d contexts in %.0f s",
-                 grid_name(model, a, b), bound["reference"], bound["reference_se"],
-                 config.bound_samples, time.time() - start)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_json_atomic(path, bound)
-  return bound
-
-
-class WorkdirConflict(RuntimeError):
-  """The workdir holds results of a different config."""
-
-
-def _refuse_foreign_directory(workdir: str, advice: str) -> None:
-  """Raises WorkdirConflict for a path that is not a directory, or a non-empty directory
-  without config.json."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise WorkdirConflict(f"--workdir {workdir} exists and is not a directory. {advice}")
-  if (os.path.isdir(workdir) and os.listdir(workdir)
-      and not os.path.exists(os.path.join(workdir, "config.json"))):
-    raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
-                          f"experiment workdir. {advice}")
-
-
-def check_workdir(config_dict: dict, workdir: str) -> None:
-  """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
-  or a non-empty directory that is not an experiment workdir. Fields in
-  config.RUNTIME_FIELDS may differ."""
-  _refuse_foreign_directory(workdir, "Choose a new --workdir.")
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    return
-  with open(path) as f:
-    saved = json.load(f)
-  current = json.loads(json.dumps(config_dict))  # tuples -> lists, as saved
-  differing = sorted(k for k in set(saved) | set(current)
-                     if saved.get(k) != current.get(k) and k not in config_lib.RUNTIME_FIELDS)
-  if differing:
-    raise WorkdirConflict(
-        f"{workdir} holds results of a different config (fields {', '.join(differing)}: "
-        + "; ".join(f"{k} saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in differing)
-        + "). Choose a new --workdir, or pass --start_over to move the old one aside and "
-        "start again.")
-
-
-def move_aside(workdir: str) -> str | None:
-  """Renames an existing experiment workdir to <workdir>.replaced-<time> (nothing is
-  deleted); refuses any other non-empty directory."""
-  if not os.path.exists(workdir):
-    return None
-  _refuse_foreign_directory(workdir, "--start_over will not move it.")
-  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-  destination = f"{os.path.normpath(workdir)}.replaced-{stamp}"
-  os.rename(workdir, destination)
-  logging.warning("Starting over: moved the previous %s to %s", workdir, destination)
-  return destination
-
-
 def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = False) -> dict:
   """Runs (or resumes) the experiment in `workdir` and writes results and report.
 
-  With `start_over`, an existing workdir is first moved aside (`move_aside`).
+  With `start_over`, an existing workdir is first moved aside (`workdir.move_aside`).
   Raises config.ConfigError or WorkdirConflict before anything is written,
   checkpoint.CheckpointMismatch when a checkpoint belongs to another config or
   grid layout, and Interrupted when SIGTERM/SIGINT stopped training (after a
@@ -459,28 +424,31 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
                               "see README, 'Several devices and hosts'")
   config_lib.validate(config)
   config_dict = config.to_dict()
+  specs = config_lib.grid_specs(config)  # the typed settings every later step reads
   if start_over:
     move_aside(workdir)
   check_workdir(config_dict, workdir)
   os.makedirs(os.path.join(workdir, "grids"), exist_ok=True)
-  write_json_atomic(os.path.join(workdir, "config.json"), config_dict)
+  write_json_atomic(os.path.join(workdir, CONFIG_FILE), config_dict)
   all_runs, fits, grid_times, trained = [], [], [], []
   with StopSignals() as stop:
-    for model, a, b, ensemble in grid_plan(config):
-      name = grid_name(grid_label(model, ensemble), a, b)
-      grid_path = os.path.join(workdir, "grids", name + ".json")
+    for spec in specs:
+      grid_path = os.path.join(workdir, "grids", spec.name + ".json")
       if os.path.exists(grid_path):
-        logging.info("Grid %s already done; loading %s", name, grid_path)
+        logging.info("Grid %s already done; loading %s", spec.name, grid_path)
         with open(grid_path) as f:
           grid = json.load(f)
       else:
-        stop.check(f"before grid {name}")
-        bound = _cached_bound(config, model, a, b, workdir)
-        grid = train_grid(config, model, a, b, workdir, stop, ensemble=ensemble, bound=bound)
+        stop.check(f"before grid {spec.name}")
+        bounds = [_cached_bound(spec, a, b, workdir) for a, b in spec.problem.spectra]
+        grid = train_grid(spec, workdir, stop, bounds)
         write_json_atomic(grid_path, grid)
-        trained.append(name)
+        trained.append(spec.name)
       all_runs.extend(grid["runs"])
-      fits.append(fit_grid(grid["runs"], grid["paired_differences"], grid["bound"]))
+      for (a, b), paired, bound in zip(spec.problem.spectra, grid["paired_differences"],
+                                       grid["bounds"]):
+        fits.append(fit_grid([r for r in grid["runs"] if (r["a"], r["b"]) == (a, b)], paired,
+                             bound))
       grid_times.append(grid["wall_time_s"])
   if not trained:
     logging.info("Every grid was already finished: results regenerated without training.")

@@ -31,32 +31,26 @@ def power_spectrum(d: int, exponent) -> jax.Array:
   return jnp.arange(1, d + 1, dtype=jnp.float32) ** (-jnp.asarray(exponent, jnp.float32))
 
 
-def haar_rotate(key: jax.Array, vectors_ND: jax.Array) -> jax.Array:
-  """Rows O v of `vectors_ND` for one Haar-random orthogonal O (Stewart's algorithm).
+def haar_orthogonal(key: jax.Array, d: int) -> jax.Array:
+  """A d x d Haar-random orthogonal matrix O (Stewart's algorithm).
 
   O = H_1 ... H_d D is the Q factor, sign-corrected, of the Householder QR of a
   Gaussian matrix: H_k reflects an independent Gaussian vector of length
   d - k + 1 onto the k-th axis and D = diag(-sign of each vector's first entry).
-  Applying the d reflections costs O(d) per vector, so rotating P vectors is
-  O(P d^2) with no d x d factorisation.
+  The d reflections are applied to the identity (O(d^3), no factorisation);
+  rotating P vectors is then one (P, d) x (d, d) product.
   """
-  d = vectors_ND.shape[-1]
   gaussian_DD = jax.random.normal(key, (d, d))
   reflectors_DD = jnp.tril(gaussian_DD).T  # row k: a Gaussian vector on coordinates k..d-1
   signs_D = jnp.where(jnp.diagonal(gaussian_DD) >= 0, 1.0, -1.0)
   reflectors_DD = reflectors_DD + jnp.diag(signs_D * jnp.linalg.norm(reflectors_DD, axis=1))
-  rotated_ND = vectors_ND * -signs_D
+  transposed_DD = jnp.diag(-signs_D)  # O^T, built up one reflection at a time
 
-  def reflect(i, rotated_ND):
+  def reflect(i, transposed_DD):
     v_D = reflectors_DD[d - 1 - i]
-    return rotated_ND - jnp.outer(rotated_ND @ v_D, v_D) * (2.0 / (v_D @ v_D))
+    return transposed_DD - jnp.outer(transposed_DD @ v_D, v_D) * (2.0 / (v_D @ v_D))
 
-  return jax.lax.fori_loop(0, d, reflect, rotated_ND)
-
-
-def haar_orthogonal(key: jax.Array, d: int) -> jax.Array:
-  """The d x d Haar-random orthogonal matrix O that `haar_rotate(key, .)` applies."""
-  return haar_rotate(key, jnp.eye(d)).T
+  return jax.lax.fori_loop(0, d, reflect, transposed_DD).T
 
 
 def top_k_indices(x_context_PD: jax.Array, x_test_D: jax.Array, k: int) -> jax.Array:
@@ -64,6 +58,12 @@ def top_k_indices(x_context_PD: jax.Array, x_test_D: jax.Array, k: int) -> jax.A
   cosine_P = (x_context_PD @ x_test_D) / (
       jnp.linalg.norm(x_context_PD, axis=-1) * jnp.linalg.norm(x_test_D))
   return jax.lax.top_k(cosine_P, k)[1]
+
+
+def selected_indices(batch: Batch, k: int) -> jax.Array:
+  """Indices of the k context inputs most cosine-similar to the query, per context: [B, k].
+  On the top-1 task (k = 1) this is the copied input (its cosine is 1)."""
+  return jax.vmap(lambda x, q: top_k_indices(x, q, k))(batch.x_context_BPD, batch.x_test_BD)
 
 
 def _context_keys(key: jax.Array) -> jax.Array:
@@ -86,7 +86,7 @@ def sample_context(key: jax.Array, *, d: int, P: int, a, b, task: str, k: int) -
   eigenbasis_QD = jnp.concatenate([  # x_1..x_P, a fresh query, beta; before the rotation
       sqrt_lambda_D * jax.random.normal(key_x, (P + 1, d)),
       sqrt_omega_D * jax.random.normal(key_beta, (1, d))])
-  rotated_QD = haar_rotate(key_rot, eigenbasis_QD)
+  rotated_QD = eigenbasis_QD @ haar_orthogonal(key_rot, d).T  # rows O v
   x_context_PD, fresh_test_D, beta_D = rotated_QD[:P], rotated_QD[P], rotated_QD[P + 1]
   y_context_P = x_context_PD @ beta_D
   if task == "top1":

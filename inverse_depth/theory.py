@@ -1,4 +1,5 @@
-"""Attention theory: the linear floor (SPEC section 3) and the softmax bound (SPEC section 5).
+"""Attention theory: the linear floor and the linear easy-task theory (SPEC section 3), and
+the softmax bound (SPEC section 5).
 
 Floor of the difficult task: a linear-attention model of depth L predicts
 beta^T Phi_L(q) w with Phi_L(q) = [Sigma q, ..., Sigma^L q] and weights w shared
@@ -14,6 +15,15 @@ p = softmax_i(tau cos(x_i, x_test)) and predicts g p.y; the best (tau, g), and
 the best nonnegative mixture sum_j w_j p_{tau_j}.y over a temperature grid, also
 by Monte Carlo over contexts drawn as in training.
 
+Linear easy task (P -> infinity): a covariance polynomial p acts on eigenvalue lam_k through
+the residual r(lam) = 1 - lam p(lam), with risk R = sum_k omega_k lam_k r(lam_k)^2
+(`residual_risk`, per mode `modewise_risk`). Exponent zeta = (a + b - 1) / a (`zeta`);
+repeated identical GD steps, r = (1 - lam)^L, give R ~ L^-zeta (`repeated_update_risk`); the
+best r of degree L on the d eigenvalues (`optimal_polynomial_risk`) and in the continuum limit,
+weight lam^(zeta - 1) on [0, 1], where it is a shifted Jacobi polynomial with R ~ L^-2zeta
+(`jacobi_optimal_residual`, `jacobi_optimal_risk`). `covariance_polynomial` reads p off a
+trained linear model with each K_l replaced by its isotropic part.
+
 Monte Carlo chunk i of every estimator here uses the key fold_in(key, i).
 """
 
@@ -23,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
+import scipy.special
 
 from inverse_depth import tasks
 
@@ -165,3 +176,151 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
               difference_se=standard_error(single_error2_N - mixture_error2_N),
               temperatures=temperatures_J.tolist(), num_samples=n,
               target_second_moment=target_second_moment)
+
+
+# Linear theory of the easy task (SPEC section 3): P -> infinity, so S_hat = Sigma and a
+# covariance polynomial p acts on each eigen-direction through r(lam) = 1 - lam p(lam).
+
+
+def zeta(a: float, b: float) -> float:
+  """zeta = (a + b - 1) / a, the exponent of the linear theory (a > 0)."""
+  if a <= 0:
+    raise ValueError(f"a={a} must be > 0 (lambda_k = k^-a must decay)")
+  return (a + b - 1) / a
+
+
+def _power_law(d: int, exponent: float) -> np.ndarray:
+  """k^-exponent for k = 1..d in float64: shape (d,)."""
+  return np.arange(1, d + 1, dtype=np.float64) ** -exponent
+
+
+def residual_polynomial(coefficients_J: np.ndarray, lam: np.ndarray) -> np.ndarray:
+  """r(lam) = 1 - lam p(lam) with p(lam) = sum_j coefficients_j lam^j."""
+  lam = np.asarray(lam, np.float64)
+  return 1.0 - lam * np.polynomial.polynomial.polyval(lam, np.asarray(coefficients_J, np.float64))
+
+
+def modewise_risk(residual_D: np.ndarray, *, a: float, b: float) -> np.ndarray:
+  """Easy-task loss along each eigen-direction of Sigma: omega_k lam_k r(lam_k)^2, k = 1..d,
+  for residual values residual_D = r(lam_k) (d = len(residual_D)). With y_hat = q^T p(Sigma)
+  Sigma beta and target q^T beta, the error is q^T r(Sigma) beta with q ~ N(0, Sigma)."""
+  residual_D = np.asarray(residual_D, np.float64)
+  d = len(residual_D)
+  return _power_law(d, b) * _power_law(d, a) * residual_D ** 2
+
+
+def residual_risk(residual_D: np.ndarray, *, a: float, b: float) -> float:
+  """Easy-task risk R = sum_k omega_k lam_k r(lam_k)^2 (the sum of `modewise_risk`)."""
+  return float(np.sum(modewise_risk(residual_D, a=a, b=b)))
+
+
+def repeated_update_risk(*, d: int, a: float, b: float, depth: int, step: float = 1.0) -> float:
+  """Risk of `depth` identical preconditioned-GD steps of size `step` (default 1 / lam_1):
+  r(lam) = (1 - step lam)^depth, R = sum_k omega_k lam_k (1 - step lam_k)^(2 depth).
+  Modes with lam_k >~ 1 / depth are solved, the rest are not, so R ~ depth^-zeta as d -> inf."""
+  return residual_risk((1.0 - step * _power_law(d, a)) ** depth, a=a, b=b)
+
+
+def optimal_polynomial_risk(*, d: int, a: float, b: float, depth: int) -> dict:
+  """The free covariance-polynomial optimum on the d eigenvalues:
+    min_{deg r <= depth, r(0) = 1} sum_k omega_k lam_k r(lam_k)^2.
+
+  With s_k = sqrt(omega_k lam_k) and r = 1 - lam p(lam), s r = s - p(Lam) Lam s, so the optimal
+  s r is s minus its projection onto span{Lam^j Lam s : j < depth}. That Krylov basis is built by
+  Arnoldi (Gram-Schmidt twice per vector), which stays accurate in float64: at depth 64, d = 2000
+  its r matches the Stieltjes recursion run with 250 digits to 1e-14 (the recursion itself needs
+  ~250 digits there; monomial or Legendre least squares is singular to float64).
+  The discrete optimum can null the isolated top eigenvalues, so it decays faster than the
+  continuum law depth^-2zeta of `jacobi_optimal_risk` (log-log slope -4.1 between depths 16
+  and 64 for (a, b) = (2, 1), d = 2000, where 2 zeta = 2).
+
+  Returns dict(risk, residual) with residual = r(lam_k), shape (d,).
+  """
+  lam_D = _power_law(d, a)
+  root_weight_D = np.sqrt(_power_law(d, a + b))
+  basis_DJ = np.zeros((d, min(depth, d)))
+  vector_D = lam_D * root_weight_D
+  for j in range(basis_DJ.shape[1]):
+    for _ in range(2):
+      vector_D = vector_D - basis_DJ[:, :j] @ (basis_DJ[:, :j].T @ vector_D)
+    basis_DJ[:, j] = vector_D / np.linalg.norm(vector_D)
+    vector_D = lam_D * basis_DJ[:, j]
+  weighted_residual_D = root_weight_D
+  for _ in range(2):
+    weighted_residual_D = weighted_residual_D - basis_DJ @ (basis_DJ.T @ weighted_residual_D)
+  residual_D = weighted_residual_D / root_weight_D
+  return dict(risk=residual_risk(residual_D, a=a, b=b), residual=residual_D)
+
+
+def _continuum_zeta(a: float, b: float) -> float:
+  """zeta(a, b), which must be > 0 for the continuum weight lam^(zeta - 1) to be finite."""
+  value = zeta(a, b)
+  if value <= 0:
+    raise ValueError(f"a + b = {a + b} must be > 1 (zeta = {value} <= 0)")
+  return value
+
+
+def jacobi_optimal_residual(lam: np.ndarray, *, a: float, b: float, depth: int) -> np.ndarray:
+  """Continuum optimal residual r(lam) = P_n^(zeta, 0)(1 - 2 lam) / binom(n + zeta, n), n = depth.
+
+  Substituting k = lam^(-1/a) (dk = lam^(-1/a - 1) dlam / a, omega_k lam_k = lam^((a + b) / a))
+  turns sum_k omega_k lam_k f(lam_k) into (1/a) int_0^1 lam^(zeta - 1) f(lam) dlam, the k >= 1
+  integral in place of the sum. The minimiser of int_0^1 lam^(zeta-1) r^2 dlam with r(0) = 1,
+  deg r <= n is the kernel polynomial K_n(lam, 0) / K_n(0, 0) of that weight. Its reproducing
+  property, int_0^1 lam^(zeta-1) K_n(lam, 0) q(lam) dlam = q(0) for deg q <= n, with q = lam s
+  gives int_0^1 lam^zeta K_n(lam, 0) s(lam) dlam = 0 for deg s < n, so K_n(., 0) is the
+  degree-n orthogonal polynomial of the weight lam^zeta: the shifted Jacobi polynomial
+  P_n^(zeta, 0)(1 - 2 lam), with P_n^(zeta, 0)(1) = binom(n + zeta, n). Depends on (a, b) only
+  through zeta.
+  """
+  value = _continuum_zeta(a, b)
+  x = 1.0 - 2.0 * np.asarray(lam, np.float64)
+  return scipy.special.eval_jacobi(depth, value, 0.0, x) / scipy.special.binom(depth + value, depth)
+
+
+def jacobi_optimal_risk(*, a: float, b: float, depth: int) -> float:
+  """Continuum optimal easy-task risk (1/a) min_r int_0^1 lam^(zeta-1) r(lam)^2 dlam
+  = 1 / (a zeta binom(depth + zeta, depth)^2) ~ Gamma(zeta + 1)^2 / (a zeta) depth^-2zeta.
+
+  The minimum is 1 / K_n(0, 0) (see `jacobi_optimal_residual`), and over the orthonormal shifted
+  Jacobi polynomials phi_j of the weight lam^(zeta-1),
+    K_n(0, 0) = sum_{j <= n} phi_j(0)^2 = sum_{j <= n} (2j + zeta) binom(j + zeta - 1, j)^2
+              = zeta binom(n + zeta, n)^2.
+  """
+  value = _continuum_zeta(a, b)
+  return float(1.0 / (a * value * scipy.special.binom(depth + value, depth) ** 2))
+
+
+def covariance_polynomial(model: dict, layers: dict) -> dict:
+  """Covariance polynomial p of one linear model (models/linear.py) read with each
+  K_l = (W_k^l W_x)^T (W_q^l W_x) replaced by its isotropic part kappa_l I, kappa_l = tr(K_l)/d.
+
+  Then y_hat = q^T p(S_hat) U y / P with S_hat = U U^T / P and, for j = 0..L-1,
+    p_j = (-1)^j g_{j+1} e_{j+1}(kappa_1..kappa_L) / (L N)^(j+1),   g_j = W_o W_v^j W_y,
+  e_j the elementary symmetric polynomials. Proof: the Krylov recursion of models/linear.py
+  becomes sum_j a_{l,j} t^j = prod_{m <= l} (1 - c kappa_m t S) U y, so a_{l,j} = (-c)^j
+  e_j(kappa_1..kappa_l) S^j U y; summing z_l - z_{l-1} = c kappa_l sum_j g_{j+1} a_{l-1,j}^T q
+  over l uses sum_l kappa_l e_j(kappa_1..kappa_{l-1}) = e_{j+1}(kappa_1..kappa_L), and
+  c S = S_hat / (L N) (c = 1/(L P N), S = P S_hat), so P drops out.
+
+  `model`: W_x [N, d], W_y [N], W_v [N, N], W_o [N] of one model; `layers`: its W_q, W_k
+  [L, N, N] (for a grid, params["layer"][leaf][seed, layout.layer_slice(m)]).
+  Returns dict(coefficients [L] = p_0..p_{L-1}, kappa [L], anisotropy [L] =
+  |K_l - kappa_l I|_F / |K_l|_F, 0 when the isotropic reading is exact), float64 numpy.
+  """
+  model = {name: np.asarray(leaf, np.float64) for name, leaf in model.items()}
+  W_q_LNN, W_k_LNN = (np.asarray(layers[name], np.float64) for name in ("W_q", "W_k"))
+  depth, (hidden, d) = len(W_q_LNN), model["W_x"].shape
+  forms_LDD = np.einsum("lnd,lne->lde", W_k_LNN @ model["W_x"], W_q_LNN @ model["W_x"])
+  kappa_L = np.trace(forms_LDD, axis1=1, axis2=2) / d
+  anisotropy_L = (np.linalg.norm(forms_LDD - kappa_L[:, None, None] * np.eye(d), axis=(1, 2))
+                  / np.linalg.norm(forms_LDD, axis=(1, 2)))
+  product_J = np.ones(1)  # coefficients of prod_l (1 - kappa_l t / (L N)), [L + 1]
+  for kappa in kappa_L:
+    product_J = np.convolve(product_J, [1.0, -kappa / (depth * hidden)])
+  gains_L, vector_N = np.zeros(depth), model["W_y"]
+  for j in range(depth):
+    vector_N = model["W_v"] @ vector_N
+    gains_L[j] = model["W_o"] @ vector_N
+  coefficients_L = -gains_L * product_J[1:]  # product_{j+1} = (-1)^(j+1) e_{j+1} / (L N)^(j+1)
+  return dict(coefficients=coefficients_L, kappa=kappa_L, anisotropy=anisotropy_L)

@@ -52,29 +52,28 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from inverse_depth import tasks
+from inverse_depth import diagnostics, tasks
 from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
-from inverse_depth.models import LAYER_PREDICTIONS
+from inverse_depth.models import LAYER_PREDICTIONS, TEST_ATTENTION
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-  """What one grid learns: task, spectrum and sizes."""
+  """What one grid learns: task, sizes and the spectra (a, b) it is trained on."""
   task: str
   k: int
-  a: float
-  b: float
   d: int
   P: int
+  spectra: tuple[tuple[float, float], ...]
 
-  def sample(self, key: jax.Array, batch_size: int) -> tasks.Batch:
-    return tasks.sample_batch(key, batch_size, d=self.d, P=self.P, a=self.a, b=self.b,
-                              task=self.task, k=self.k)
+  def sample(self, key: jax.Array, batch_size: int, a, b) -> tasks.Batch:
+    """`batch_size` contexts of spectrum (a, b); a and b may be traced."""
+    return tasks.sample_batch(key, batch_size, d=self.d, P=self.P, a=a, b=b, task=self.task,
+                              k=self.k)
 
-  def sample_contexts(self, keys: jax.Array) -> tasks.Batch:
-    """The contexts of `keys`: sample(key, n) is sample_contexts(split(key, n))."""
-    return tasks.sample_contexts(keys, d=self.d, P=self.P, a=self.a, b=self.b, task=self.task,
-                                 k=self.k)
+  def sample_contexts(self, keys: jax.Array, a, b) -> tasks.Batch:
+    """The contexts of `keys`: sample(key, n, a, b) is sample_contexts(split(key, n), a, b)."""
+    return tasks.sample_contexts(keys, d=self.d, P=self.P, a=a, b=b, task=self.task, k=self.k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +174,11 @@ def default_mesh() -> Mesh:
 class GridTrainer:
   """Compiled functions for one grid: a model kind, a problem, depths and seeds.
 
+  The leading axis S of every per-model array runs over *replicates*, the
+  (spectrum, seed) pairs of the grid, spectrum-major: replicate r trains on
+  spectrum `replicate_spectrum[r]` with seed `replicate_seed[r]`. Its
+  initialisation and data stream depend on the seed only, so the models of one
+  seed see the same rotations and Gaussian draws under every spectrum.
   `layout` covers the real models (indices 0 .. num_models - 1) and, when the
   mesh needs it, one padding model at the end (see the module docstring).
   """
@@ -190,6 +194,9 @@ class GridTrainer:
     padding = -sum(depths) % self.mesh.size
     self.layout = GridLayout(tuple(depths) + ((padding,) if padding else ()))
     self.seeds = tuple(seeds)
+    self.replicate_spectrum = np.repeat(np.arange(len(problem.spectra)), len(self.seeds))
+    self.replicate_seed = np.tile(np.asarray(self.seeds), len(problem.spectra))
+    self._attention = TEST_ATTENTION.get(model)
     self.settings = settings
     self.N = N
     self.init_scales = init_scales
@@ -202,7 +209,10 @@ class GridTrainer:
     self.train_chunk = jax.jit(self._train_chunk, donate_argnums=0,
                                in_shardings=(self.state_shardings,),
                                out_shardings=(self.state_shardings, self.replicated))
-    self.layer_predictions = jax.jit(self._grid_layer_predictions)
+    self.layer_predictions = jax.jit(self._spectrum_layer_predictions)
+    self.diagnostics = jax.jit(self._spectrum_diagnostics)
+    self.selected_mass = (None if self._attention is None
+                          else jax.jit(self._spectrum_selected_mass))
     self.update_convergence = jax.jit(self._update_convergence, donate_argnums=0,
                                       out_shardings=self.state_shardings)
 
@@ -219,9 +229,9 @@ class GridTrainer:
     return jax.tree_util.tree_map_with_path(pick, tree)
 
   def _unplaced_init_state(self) -> TrainState:
-    params = init_grid(self.init_key, self.layout, self.seeds, d=self.problem.d, N=self.N,
-                       scales=self.init_scales)
-    shape = (len(self.seeds), self.layout.num_models)
+    params = init_grid(self.init_key, self.layout, tuple(int(s) for s in self.replicate_seed),
+                       d=self.problem.d, N=self.N, scales=self.init_scales)
+    shape = (len(self.replicate_seed), self.layout.num_models)
     is_padding_SM = jnp.broadcast_to(jnp.arange(shape[1]) >= self.num_models, shape)
     return TrainState(  # explicit dtypes: a weakly typed leaf would recompile the 2nd chunk
         step=jnp.zeros((), jnp.int32), params=params, opt_state=self.optimizer.init(params),
@@ -243,10 +253,13 @@ class GridTrainer:
   # --- training ------------------------------------------------------------------------------
 
   def training_batch(self, step: jax.Array) -> tasks.Batch:
-    """The batch of every seed at `step`: leaves [S, B, ...]."""
-    keys = jnp.stack([jax.random.fold_in(jax.random.fold_in(self.data_key, s), step)
-                      for s in self.seeds])
-    return jax.vmap(lambda key: self.problem.sample(key, self.settings.batch_size))(keys)
+    """The batch of every replicate at `step`: leaves [S, B, ...]. Replicate (spectrum j,
+    seed s) draws from fold_in(fold_in(data_key, s), step) with the exponents of j."""
+    keys = jnp.stack([jax.random.fold_in(jax.random.fold_in(self.data_key, int(s)), step)
+                      for s in self.replicate_seed])
+    spectra = np.asarray(self.problem.spectra, np.float32)[self.replicate_spectrum]
+    return jax.vmap(lambda key, a, b: self.problem.sample(key, self.settings.batch_size, a, b))(
+        keys, spectra[:, 0], spectra[:, 1])
 
   def _train_step(self, state: TrainState, _) -> tuple[TrainState, jax.Array]:
     batch_S = self.training_batch(state.step)
@@ -290,9 +303,55 @@ class GridTrainer:
 
   # --- evaluation and convergence ------------------------------------------------------------
 
-  def _grid_layer_predictions(self, params: Params, batch: tasks.Batch) -> jax.Array:
-    """f_l of every layer of every model on one shared batch: [S, T, B]."""
-    return jax.vmap(lambda p: self._layer_predictions(p, batch, self.layout))(params)
+  def spectrum_params(self, params: Params, spectrum: jax.Array) -> Params:
+    """The replicates of one spectrum (its seeds, in order): leaves [seeds, ...]."""
+    num_seeds = len(self.seeds)
+    return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, spectrum * num_seeds,
+                                                               num_seeds), params)
+
+  def _spectrum_layer_predictions(self, params: Params, batch: tasks.Batch,
+                                  spectrum: jax.Array) -> jax.Array:
+    """f_l of every layer of every model of one spectrum's seeds on one shared batch of that
+    spectrum: [seeds, T, B]."""
+    return jax.vmap(lambda p: self._layer_predictions(p, batch, self.layout))(
+        self.spectrum_params(params, spectrum))
+
+  def _spectrum_diagnostics(self, params: Params, batch: tasks.Batch, rotations_BDD: jax.Array,
+                            spectrum: jax.Array, view_weights_VT: jax.Array) -> dict:
+    """diagnostics.py on one batch of a spectrum, per seed and view (a model's prediction is
+    sum_t view_weights_VT[v, t] f_t): mode-wise losses [seeds, V, D], the zero predictor's
+    [D], and for attention models the selection errors [seeds, V, B]."""
+    seed_params = self.spectrum_params(params, spectrum)
+    omega_D = tasks.power_spectrum(self.problem.d,
+                                   jnp.asarray(self.problem.spectra, jnp.float32)[spectrum, 1])
+
+    def modewise(p):
+      weights_VBP = diagnostics.prediction_weights(self._layer_predictions, p, batch,
+                                                   self.layout, view_weights_VT)
+      return diagnostics.modewise_losses(weights_VBP, batch, rotations_BDD, omega_D)
+
+    losses_SVD, zero_loss_SD = jax.vmap(modewise)(seed_params)
+    out = dict(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0])
+    if self._attention is not None:
+      selected_BK = tasks.selected_indices(batch, self.problem.k if self.problem.task == "topk"
+                                           else 1)
+      out["selection_error"] = jax.vmap(lambda p: diagnostics.selection_errors(
+          self._attention(p, batch, self.layout), selected_BK, view_weights_VT))(seed_params)
+    return out
+
+  def _spectrum_selected_mass(self, params: Params, batch: tasks.Batch,
+                              spectrum: jax.Array) -> jax.Array:
+    """Attention mass on the k tokens that make the target, averaged over a model's layers
+    and the batch: [seeds, M] (top-1 attention mass on the easy task)."""
+    selected_BK = tasks.selected_indices(batch, self.problem.k if self.problem.task == "topk"
+                                         else 1)
+
+    def per_seed(p):
+      attention_TBP = self._attention(p, batch, self.layout)
+      mass_TB = jnp.take_along_axis(attention_TBP, selected_BK[None], axis=-1).sum(-1)
+      return self.layout.model_mean(mass_TB).mean(axis=-1)
+
+    return jax.vmap(per_seed)(self.spectrum_params(params, spectrum))
 
   def _update_convergence(self, state: TrainState, val_loss_SM: jax.Array) -> TrainState:
     s = self.settings
@@ -314,40 +373,53 @@ class GridTrainer:
         num_lr_decays_SM=state.num_lr_decays_SM + decay,
         converged_SM=converged)
 
-  def predict(self, params: Params, eval_set: tasks.Batch, chunk_size: int) -> np.ndarray:
-    """Per-layer predictions on a held-out set, in chunks: [S, T, E] (float32 numpy), T
-    over `layout` (a padding model's layers last)."""
+  def predict(self, params: Params, eval_set: tasks.Batch, chunk_size: int,
+              spectrum: int) -> np.ndarray:
+    """Per-layer predictions of one spectrum's seeds on a held-out set of that spectrum, in
+    chunks: [seeds, T, E] (float32 numpy), T over `layout` (a padding model's layers last)."""
     size = eval_set.target_B.shape[0]
     chunks = [self.layer_predictions(params, jax.tree.map(lambda x: x[i:i + chunk_size],
-                                                          eval_set))
+                                                          eval_set), spectrum)
               for i in range(0, size, chunk_size)]
     return np.concatenate([np.asarray(c) for c in chunks], axis=-1)
 
-  def model_losses(self, params: Params, eval_set: tasks.Batch, chunk_size: int) -> np.ndarray:
-    """Loss R of every model of `layout` (a padding model included) on a held-out set."""
-    layer_preds_STE = self.predict(params, eval_set, chunk_size)
-    predictions_SME = np.stack([layer_preds_STE[:, self.layout.layer_slice(m)].mean(axis=1)
-                                for m in range(self.layout.num_models)], axis=1)
-    target = np.asarray(eval_set.target_B)
-    return np.mean((predictions_SME - target) ** 2, axis=-1)
+  def model_losses(self, params: Params, eval_sets: tuple[tasks.Batch, ...],
+                   chunk_size: int) -> np.ndarray:
+    """Loss R of every model of `layout` (a padding model included), each replicate on the
+    held-out set of its spectrum (`eval_sets[j]` for spectrum j): [S, M]."""
+    losses = []
+    for spectrum, eval_set in enumerate(eval_sets):
+      layer_preds_STE = self.predict(params, eval_set, chunk_size, spectrum)
+      predictions_SME = np.stack([layer_preds_STE[:, self.layout.layer_slice(m)].mean(axis=1)
+                                  for m in range(self.layout.num_models)], axis=1)
+      losses.append(np.mean((predictions_SME - np.asarray(eval_set.target_B)) ** 2, axis=-1))
+    return np.concatenate(losses)
 
-  def fit(self, state: TrainState, val_set: tasks.Batch,
+  def fit(self, state: TrainState, val_sets: tuple[tasks.Batch, ...],
           chunk_size: int) -> Iterator[tuple[TrainState, dict]]:
-    """Train until no model is active or `max_steps`; yields (state, progress) per evaluation."""
+    """Train until no model is active or `max_steps`; yields (state, progress) per evaluation.
+
+    `val_sets[j]` is the validation set of spectrum j. Progress arrays are [S, M] over the
+    real models; `selected_mass` (models with attention rows only) is the mean attention
+    mass on the tokens that make the target, on the first validation chunk.
+    """
     start = time.time()
     start_step = int(state.step)
     while int(state.step) < self.settings.max_steps and bool(state.active_SM.any()):
       state, train_loss_SM = self.train_chunk(state)
-      val_loss_SM = self.model_losses(state.params, val_set, chunk_size)
+      val_loss_SM = self.model_losses(state.params, val_sets, chunk_size)
       state = self.update_convergence(state, jnp.asarray(val_loss_SM, jnp.float32))
       step = int(state.step)
       elapsed = time.time() - start
       rate = (step - start_step) / max(elapsed, 1e-9)
+      progress = [("train_loss", train_loss_SM), ("val_loss", val_loss_SM),
+                  ("lr_scale", state.lr_scale_SM), ("converged", state.converged_SM),
+                  ("diverged", state.diverged_SM)]
+      if self.selected_mass is not None:
+        progress.append(("selected_mass", np.concatenate([
+            np.asarray(self.selected_mass(state.params, jax.tree.map(lambda x: x[:chunk_size], v),
+                                          j)) for j, v in enumerate(val_sets)])))
       yield state, dict(step=step, elapsed_s=elapsed,
                         eta_max_s=(self.settings.max_steps - step) / max(rate, 1e-9),
                         **{name: np.asarray(values)[:, :self.num_models].tolist()
-                           for name, values in (("train_loss", train_loss_SM),
-                                                ("val_loss", val_loss_SM),
-                                                ("lr_scale", state.lr_scale_SM),
-                                                ("converged", state.converged_SM),
-                                                ("diverged", state.diverged_SM))})
+                           for name, values in progress})

@@ -19,9 +19,8 @@ def test_shipped_configs_validate(module):
   # The trainer settings and problem can be built from them.
   settings = config_lib.train_settings(config)
   assert settings.max_steps % settings.eval_every == 0
-  a, b = config.spectra[0]
   for model in config_lib.model_names(config):
-    assert config_lib.problem(config, model, a, b).P == config.sizes[model].P
+    assert config_lib.problem(config, model).P == config.sizes[model].P
 
 
 def _set(**fields):

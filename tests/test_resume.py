@@ -68,7 +68,7 @@ def crashed_workdir(tmp_path_factory):
 def test_checksum_sees_one_changed_bit():
   """The fallback relies on state_checksum catching any change of the state's bytes."""
   config = tiny.tiny_config()
-  trainer = GridTrainer("softmax", config_lib.problem(config, "softmax", 0.0, 0.0), (1, 2), (0,),
+  trainer = GridTrainer("softmax", config_lib.problem(config, "softmax"), (1, 2), (0,),
                         config_lib.train_settings(config), N=config_lib.width(config, "softmax"), init_scales=InitScales(),
                         init_key=jax.random.key(0), data_key=jax.random.key(1))
   state = trainer.init_state()

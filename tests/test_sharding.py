@@ -26,11 +26,11 @@ from inverse_depth.checkpoint import GridCheckpoints, state_checksum
 from inverse_depth.grid import InitScales
 from inverse_depth.train import GridTrainer, LAYER_AXIS, Problem, TrainSettings
 
-problem = Problem(task="topk", k=2, a=0.0, b=0.0, d=4, P=8)
+problem = Problem(task="topk", k=2, d=4, P=8, spectra=((0.0, 0.0),))
 settings = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_steps=10,
                          eval_every=5, rel_tol=0.05, patience=1, lr_decay_factor=0.5,
                          max_lr_decays=1, divergence_loss=1e6)
-val_set = jax.jit(lambda key: problem.sample(key, 64))(jax.random.key(12))
+val_set = (jax.jit(lambda key: problem.sample(key, 64, 0.0, 0.0))(jax.random.key(12)),)
 out = dict(num_devices=jax.device_count())
 for model in sys.argv[2:]:
   for name, devices in (("all", jax.devices()), ("one", jax.devices()[:1])):

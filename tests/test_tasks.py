@@ -50,16 +50,6 @@ def test_haar_orthogonal_moments():
   np.testing.assert_allclose((qs ** 4).mean(axis=0), 3 / 15, atol=0.02)
 
 
-def test_haar_rotate_applies_haar_orthogonal():
-  key = jax.random.key(5)
-  vectors = np.asarray(jax.random.normal(jax.random.key(6), (7, 5)), np.float64)
-  rotated = np.asarray(tasks.haar_rotate(key, jnp.asarray(vectors, jnp.float32)), np.float64)
-  O = np.asarray(tasks.haar_orthogonal(key, 5), np.float64)
-  np.testing.assert_allclose(rotated, vectors @ O.T, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(np.linalg.norm(rotated, axis=1), np.linalg.norm(vectors, axis=1),
-                             rtol=1e-5)
-
-
 # Most tests share one shape (B contexts, d = 4, P = 32) so that eager sampling
 # reuses the per-operation compilations.
 B, D, P = 16, 4, 32

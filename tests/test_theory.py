@@ -5,12 +5,18 @@ Small sizes (d <= 8, P <= 32, a few thousand contexts) keep each test to seconds
 sizes shared across tests let them share compilations.
 """
 
+import decimal
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.special
 
 from inverse_depth import tasks, theory
+from inverse_depth.grid import GridLayout
+from inverse_depth.models import linear
 
 SIZES = dict(d=8, P=32, k=2)
 GRID = np.geomspace(1.0, 100.0, 8)
@@ -130,3 +136,193 @@ def test_linear_floor_isotropic_and_residual_mean():
   residuals_B = theory._floor_residuals(q_BD, t_BD, coefficients_D, omega_D)
   assert np.mean(residuals_B) == pytest.approx(result["floor"], rel=1e-9)
   assert residuals_B.std(ddof=1) / np.sqrt(2000) == pytest.approx(result["floor_se"], rel=1e-9)
+
+
+# Linear theory of the easy task.
+
+
+def test_zeta_values_and_invalid_a():
+  """Table 2's constrained exponents; a <= 0 is refused, naming a."""
+  assert theory.zeta(2, 1) == 1.0 and theory.zeta(1, 2) == 2.0 and theory.zeta(0.5, 2) == 3.0
+  assert theory.zeta(2, 0.5) == pytest.approx(0.75)
+  for a in (0.0, -1.0):
+    with pytest.raises(ValueError, match="a="):
+      theory.zeta(a, 1.0)
+  with pytest.raises(ValueError, match="a \\+ b"):
+    theory.jacobi_optimal_risk(a=1.0, b=0.0, depth=2)
+
+
+def test_residual_risk_is_sum_of_modewise_terms_and_repeated_update():
+  """modewise = omega_k lam_k r_k^2 and sums to residual_risk; the repeated update is
+  r = (1 - lam)^L, whose p has coefficients p_j = (-1)^j binom(L, j + 1)."""
+  d, a, b, depth = 6, 1.5, 0.5, 5
+  lam, omega = np.arange(1, d + 1) ** -a, np.arange(1, d + 1) ** -b
+  residual = np.linspace(-1, 1, d)
+  modewise = theory.modewise_risk(residual, a=a, b=b)
+  np.testing.assert_allclose(modewise, omega * lam * residual ** 2, rtol=1e-14)
+  assert theory.residual_risk(residual, a=a, b=b) == pytest.approx(modewise.sum(), rel=1e-14)
+  j = np.arange(depth)
+  coefficients = (-1.0) ** j * np.array([math.comb(depth, int(i) + 1) for i in j])
+  np.testing.assert_allclose(theory.residual_polynomial(coefficients, lam), (1 - lam) ** depth,
+                             atol=1e-14)
+  assert theory.repeated_update_risk(d=d, a=a, b=b, depth=depth) == pytest.approx(
+      np.sum(omega * lam * (1 - lam) ** (2 * depth)), rel=1e-14)
+  assert theory.repeated_update_risk(d=d, a=a, b=b, depth=depth, step=0.5) == pytest.approx(
+      np.sum(omega * lam * (1 - 0.5 * lam) ** (2 * depth)), rel=1e-14)
+
+
+@pytest.mark.parametrize("a,b", [(2.0, 1.0), (1.0, 2.0)])
+def test_repeated_update_risk_decays_like_depth_to_minus_zeta(a, b):
+  """Log-log slope of R(L) between L = 64 and 1024 at d = 10^6 (measured: -0.997, -1.992)."""
+  risks = [theory.repeated_update_risk(d=10 ** 6, a=a, b=b, depth=depth) for depth in (64, 1024)]
+  slope = np.log(risks[1] / risks[0]) / np.log(16)
+  assert slope == pytest.approx(-theory.zeta(a, b), rel=0.02)
+
+
+def _stieltjes_optimum(a, b, d, depth, digits=250):
+  """Reference for optimal_polynomial_risk by another algorithm, in `digits`-digit decimals:
+  orthonormal polynomials phi_n of the discrete weight omega_k lam_k from the three-term
+  (Stieltjes) recursion, evaluated at lam_k and at 0; the optimum is K(lam, 0) / K(0, 0) with
+  risk 1 / K(0, 0), K(x, y) = sum_{n <= depth} phi_n(x) phi_n(y). (In float64 this recursion is
+  wrong by tens of percent here; it needs ~250 digits at d = 2000, depth = 64.)"""
+  with decimal.localcontext() as context:
+    context.prec = digits
+    ks = [decimal.Decimal(k) for k in range(1, d + 1)]
+    lam = np.array([k ** -decimal.Decimal(a) for k in ks], dtype=object)
+    weight = np.array([k ** -decimal.Decimal(a + b) for k in ks], dtype=object)
+    phi = np.full(d, 1 / np.sum(weight).sqrt(), dtype=object)
+    previous, at_zero, previous_at_zero, beta = np.zeros(d, dtype=object), phi[0], 0, 0
+    kernel, kernel_at_zero = phi * at_zero, at_zero ** 2
+    for _ in range(depth):
+      alpha = np.sum(weight * lam * phi * phi)
+      step = (lam - alpha) * phi - beta * previous
+      step_at_zero = -alpha * at_zero - beta * previous_at_zero
+      beta = np.sum(weight * step * step).sqrt()
+      previous, phi = phi, step / beta
+      previous_at_zero, at_zero = at_zero, step_at_zero / beta
+      kernel, kernel_at_zero = kernel + phi * at_zero, kernel_at_zero + at_zero ** 2
+    return float(1 / kernel_at_zero), np.array([float(x) for x in kernel / kernel_at_zero])
+
+
+@pytest.mark.parametrize("a,b,d,depth", [(2.0, 1.0, 2000, 64), (1.0, 2.0, 400, 48)])
+def test_optimal_polynomial_matches_high_precision_reference(a, b, d, depth):
+  """Float64 Arnoldi against the 250-digit Stieltjes kernel polynomial (measured agreement:
+  risk 2e-15 and 2e-9 relative (the second risk is 1e-18), residuals 1e-14)."""
+  result = theory.optimal_polynomial_risk(d=d, a=a, b=b, depth=depth)
+  risk, residual = _stieltjes_optimum(a, b, d, depth)
+  assert result["risk"] == pytest.approx(risk, rel=1e-6)
+  np.testing.assert_allclose(result["residual"], residual, atol=1e-12)
+
+
+def test_optimal_polynomial_low_depth_closed_forms():
+  """Depth 0: r = 1. Depth 1: r = 1 - c lam with c = sum w lam / sum w lam^2 (w = omega lam)."""
+  d, a, b = 50, 1.5, 0.5
+  lam, w = np.arange(1, d + 1) ** -a, np.arange(1, d + 1) ** -(a + b)
+  zero = theory.optimal_polynomial_risk(d=d, a=a, b=b, depth=0)
+  np.testing.assert_array_equal(zero["residual"], 1.0)
+  assert zero["risk"] == pytest.approx(w.sum(), rel=1e-14)
+  one = theory.optimal_polynomial_risk(d=d, a=a, b=b, depth=1)
+  np.testing.assert_allclose(one["residual"], 1 - (w @ lam) / (w @ lam ** 2) * lam, atol=1e-14)
+  assert one["risk"] == pytest.approx(w.sum() - (w @ lam) ** 2 / (w @ lam ** 2), rel=1e-12)
+  assert theory.optimal_polynomial_risk(d=8, a=a, b=b, depth=8)["risk"] < 1e-25
+
+
+@pytest.mark.parametrize("a,b", [(2.0, 1.0), (1.0, 2.0)])
+def test_optimal_polynomial_below_repeated_update_and_decreasing(a, b):
+  """(1 - lam)^L is one of the polynomials minimised over, and deeper sets contain shallower."""
+  risks = []
+  for depth in (1, 2, 4, 8, 16, 32, 64):
+    result = theory.optimal_polynomial_risk(d=2000, a=a, b=b, depth=depth)
+    assert result["risk"] == pytest.approx(
+        theory.modewise_risk(result["residual"], a=a, b=b).sum(), rel=1e-12)
+    assert result["risk"] <= theory.repeated_update_risk(d=2000, a=a, b=b, depth=depth)
+    risks.append(result["risk"])
+  assert np.all(np.diff(risks) < 0) and risks[-1] > 0
+
+
+@pytest.mark.parametrize("a,b,depth", [(2.0, 1.0, 8), (1.0, 2.0, 16), (2.0, 0.5, 12)])
+def test_jacobi_optimum_equals_direct_least_squares_fit(a, b, depth):
+  """Minimise int_0^1 lam^(zeta-1) r^2 over r = 1 - lam p(lam), deg p < depth, by weighted least
+  squares (Legendre basis on [0, 1]) at Gauss-Jacobi nodes, exact for r^2: x = 1 - 2 lam,
+  int_0^1 lam^(zeta-1) f dlam = 2^-zeta sum_i w_i f(lam_i) for roots_jacobi(., zeta - 1, 0)."""
+  zeta = theory.zeta(a, b)
+  x, weights = scipy.special.roots_jacobi(depth + 8, zeta - 1, 0.0)
+  lam = (1 - x) / 2
+  design = lam[:, None] * np.polynomial.legendre.legvander(2 * lam - 1, depth - 1)
+  root_weights = np.sqrt(weights)
+  p_coefficients = np.linalg.lstsq(root_weights[:, None] * design, root_weights, rcond=None)[0]
+  grid = np.linspace(0, 1, 201)
+  fitted = 1 - grid * np.polynomial.legendre.legval(2 * grid - 1, p_coefficients)
+  np.testing.assert_allclose(theory.jacobi_optimal_residual(grid, a=a, b=b, depth=depth), fitted,
+                             atol=1e-8)
+  fitted_risk = 2.0 ** -zeta * np.sum(weights * (1 - design @ p_coefficients) ** 2) / a
+  assert theory.jacobi_optimal_risk(a=a, b=b, depth=depth) == pytest.approx(fitted_risk, rel=1e-8)
+
+
+@pytest.mark.parametrize("a,b", [(2.0, 1.0), (1.0, 2.0), (2.0, 0.5)])
+def test_jacobi_optimal_risk_decays_like_depth_to_minus_two_zeta(a, b):
+  """Log-log slope between depth 16 and 64 (measured: -1.93, -3.81, -1.46 for 2 zeta = 2, 4,
+  1.5); depth 0 is r = 1, (1/a) int_0^1 lam^(zeta-1) dlam = 1 / (a zeta)."""
+  risks = [theory.jacobi_optimal_risk(a=a, b=b, depth=depth) for depth in (16, 64)]
+  slope = np.log(risks[1] / risks[0]) / np.log(4)
+  assert slope == pytest.approx(-2 * theory.zeta(a, b), rel=0.1)
+  assert theory.jacobi_optimal_risk(a=a, b=b, depth=0) == pytest.approx(
+      1 / (a * theory.zeta(a, b)), rel=1e-14)
+
+
+def _random_linear_model(rng, *, d, N, depth):
+  """Gaussian model leaves (W_x, W_y, W_v, W_o) and layer leaves (W_q, W_k) of one linear model."""
+  model = dict(W_x=rng.normal(size=(N, d)) / np.sqrt(d), W_y=rng.normal(size=N),
+               W_v=rng.normal(size=(N, N)) / np.sqrt(N), W_o=rng.normal(size=N) / np.sqrt(N))
+  layers = dict(W_q=rng.normal(size=(depth, N, N)) / np.sqrt(N),
+                W_k=rng.normal(size=(depth, N, N)) / np.sqrt(N))
+  return model, layers
+
+
+def test_covariance_polynomial_reproduces_isotropic_linear_model():
+  """With W_x = sqrt(N/d) (orthonormal columns), W_q^l = s_l I, W_k^l = I, every K_l = s_l (N/d) I
+  exactly, and the model's prediction (mean of its layer predictors, float32) is
+  q^T p(S_hat) U y / P (float64) on random contexts, for depths 1, 2, 3 packed in one grid."""
+  d, N, P, batch_size, depths = 4, 6, 16, 8, (1, 2, 3)
+  rng = np.random.default_rng(0)
+  models, layers = [], []
+  for depth in depths:
+    model, _ = _random_linear_model(rng, d=d, N=N, depth=depth)
+    model["W_x"] = np.linalg.qr(rng.normal(size=(N, d)))[0] * np.sqrt(N / d)
+    scales = depth * d * np.linspace(0.3, 0.8, depth)  # kappa_l / (L N) = s_l / (L d)
+    models.append(model)
+    layers.append(dict(W_q=scales[:, None, None] * np.eye(N),
+                       W_k=np.broadcast_to(np.eye(N), (depth, N, N))))
+  params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), {
+      "model": jax.tree.map(lambda *xs: np.stack(xs), *models),
+      "layer": jax.tree.map(lambda *xs: np.concatenate(xs), *layers)})
+  U_BPD = rng.normal(size=(batch_size, P, d)) * np.arange(1, d + 1) ** -0.25
+  q_BD = U_BPD[:, 0]  # the top-1 task's query is a copy of a context input
+  y_BP = np.einsum("bpd,bd->bp", U_BPD, rng.normal(size=(batch_size, d)))
+  batch = tasks.Batch(*(jnp.asarray(x, jnp.float32)
+                        for x in (U_BPD, y_BP, q_BD, y_BP[:, 0], q_BD, q_BD)))
+  layout = GridLayout(depths)
+  layer_predictions = np.asarray(
+      jax.jit(linear.layer_predictions, static_argnums=2)(params, batch, layout))
+  covariance_BDD = np.einsum("bpd,bpe->bde", U_BPD, U_BPD) / P
+  for m, depth in enumerate(depths):
+    result = theory.covariance_polynomial(models[m], layers[m])
+    assert result["coefficients"].shape == result["kappa"].shape == (depth,)
+    assert np.all(result["anisotropy"] < 1e-12)
+    np.testing.assert_allclose(result["kappa"], depth * N * np.linspace(0.3, 0.8, depth),
+                               rtol=1e-12)
+    vector_BD = np.einsum("bp,bpd->bd", y_BP, U_BPD) / P
+    polynomial_BD = np.zeros_like(vector_BD)  # p(S_hat) U y / P
+    for coefficient in result["coefficients"]:
+      polynomial_BD += coefficient * vector_BD
+      vector_BD = np.einsum("bde,be->bd", covariance_BDD, vector_BD)
+    expected_B = np.einsum("bd,bd->b", q_BD, polynomial_BD)
+    np.testing.assert_allclose(layer_predictions[layout.layer_slice(m)].mean(axis=0), expected_B,
+                               rtol=1e-4, atol=1e-4 * np.abs(expected_B).max())
+
+
+def test_covariance_polynomial_anisotropy_of_random_model():
+  """A Gaussian model's K_l is far from isotropic, and the measure says so."""
+  model, layers = _random_linear_model(np.random.default_rng(1), d=4, N=6, depth=3)
+  result = theory.covariance_polynomial(model, layers)
+  assert np.all(result["anisotropy"] > 0.3) and np.all(result["anisotropy"] <= 1)

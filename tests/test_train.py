@@ -18,7 +18,7 @@ from inverse_depth import analysis
 from inverse_depth.grid import GridLayout, InitScales, init_grid
 from inverse_depth.train import GridTrainer, Problem, TrainSettings, _finite_per_model
 
-PROBLEM = Problem(task="topk", k=2, a=0.0, b=0.0, d=4, P=8)
+PROBLEM = Problem(task="topk", k=2, d=4, P=8, spectra=((0.0, 0.0),))
 SETTINGS = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_steps=40,
                          eval_every=5, rel_tol=0.05, patience=1, lr_decay_factor=0.5,
                          max_lr_decays=1, divergence_loss=1e6)
@@ -39,7 +39,7 @@ def _trainer(model, depths, seeds, settings=SETTINGS):
 
 @pytest.fixture(scope="module")
 def val_set():
-  return jax.jit(lambda key: PROBLEM.sample(key, VAL_SIZE))(jax.random.key(12))
+  return (jax.jit(lambda key: PROBLEM.sample(key, VAL_SIZE, 0.0, 0.0))(jax.random.key(12)),)
 
 
 def _copy(tree):
@@ -141,12 +141,12 @@ def test_identity_on_trained_grid(grid_and_alone, val_set):
   """On the trained grid's held-out predictions (here the validation set, whose
   evaluation is already compiled), R = C + (A - C)/L to float64 precision."""
   grid, state = grid_and_alone["grid"], grid_and_alone["grid_state"]
-  eval_set = val_set
-  preds_STE = grid.predict(state.params, eval_set, 32)  # chunked evaluation
+  eval_set, = val_set
+  preds_STE = grid.predict(state.params, eval_set, 32, 0)  # chunked evaluation
   assert preds_STE.shape == (len(GRID_SEEDS), sum(GRID_DEPTHS), VAL_SIZE)
-  np.testing.assert_allclose(preds_STE, grid.predict(state.params, eval_set, CHUNK), rtol=1e-5,
+  np.testing.assert_allclose(preds_STE, grid.predict(state.params, eval_set, CHUNK, 0), rtol=1e-5,
                              atol=1e-6)
-  losses_SM = grid.model_losses(state.params, eval_set, CHUNK)
+  losses_SM = grid.model_losses(state.params, (eval_set,), CHUNK)
   target = np.asarray(eval_set.target_B)
   for s in range(len(GRID_SEEDS)):
     for m, depth in enumerate(GRID_DEPTHS):
@@ -352,7 +352,7 @@ def test_cosine_schedule_trains_to_max_steps_and_ends_at_zero():
   trainer = GridTrainer("softmax", PROBLEM, (1, 2), (0,), settings, N=N,
                         init_scales=InitScales(), init_key=jax.random.key(10),
                         data_key=jax.random.key(11))
-  val = PROBLEM.sample(jax.random.key(5), 64)
+  val = (PROBLEM.sample(jax.random.key(5), 64, 0.0, 0.0),)
   converged_before_end = []
   for state, progress in trainer.fit(trainer.init_state(), val, 64):
     if progress["step"] < settings.max_steps:  # states are donated: read them as they come
@@ -371,3 +371,30 @@ def test_orthogonal_input_map_has_the_gaussian_mean_gram_without_spread():
   spread = np.linalg.eigvalsh(np.asarray(gaussian["model"]["W_x"])[0, 0].T
                               @ np.asarray(gaussian["model"]["W_x"])[0, 0])
   assert spread.max() / spread.min() > 1.5  # what the orthogonal start removes
+
+
+def test_spectrum_axis_equals_each_spectrum_trained_alone():
+  """One grid over two spectra (replicates spectrum-major) trains every (spectrum, seed,
+  depth) model exactly as a grid of that spectrum alone: same init, same stream."""
+  settings = dataclasses.replace(SETTINGS, max_steps=10)
+  spectra = ((0.0, 0.0), (0.5, 1.0))
+  both = GridTrainer("softmax", dataclasses.replace(PROBLEM, spectra=spectra), (1, 2), (0, 1),
+                     settings, N=N, init_scales=InitScales(), init_key=jax.random.key(10),
+                     data_key=jax.random.key(11))
+  sample = jax.jit(PROBLEM.sample, static_argnums=1)
+  vals = tuple(sample(jax.random.key(12), VAL_SIZE, a, b) for a, b in spectra)
+  state_both, _ = _fit(both, vals)
+  for j, (a, b) in enumerate(spectra):
+    alone = GridTrainer("softmax", dataclasses.replace(PROBLEM, spectra=((a, b),)), (1, 2),
+                        (0, 1), settings, N=N, init_scales=InitScales(),
+                        init_key=jax.random.key(10), data_key=jax.random.key(11))
+    state_alone, history = _fit(alone, (vals[j],))
+    rows = slice(2 * j, 2 * j + 2)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x)[rows], np.asarray(y),
+                                                         rtol=1e-5, atol=1e-6),
+                 state_both.params, state_alone.params)
+    assert "selected_mass" in history[-1]
+    assert np.all(np.asarray(history[-1]["selected_mass"]) > 0)
+  # The two spectra really differ (else the test above proves nothing).
+  assert not np.allclose(np.asarray(state_both.params["layer"]["W_q"])[0],
+                         np.asarray(state_both.params["layer"]["W_q"])[2])

@@ -103,6 +103,14 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Softmax only: also train, per seed, max(depths) one-layer models on the seed's training
   # stream and report the average of the first L of them beside the depth-L model.
   config.ensemble_control = False
+  # Contexts of the evaluation set (its first ones) on which the diagnostics are computed:
+  # mode-wise loss along the eigen-directions of Sigma, and for softmax the selection error
+  # |pbar_L - p*|^2 and the attention mass on the target's tokens. 0 skips them.
+  config.diagnostic_size = 4096
+  # Per model kind, fields whose value differs for that kind's grids (any field except
+  # model, task, k, spectra, sizes, seed, num_seeds), e.g. the linear model's own learning
+  # rate or depths. Empty: every kind runs under the fields above.
+  config.model_overrides = ml_collections.ConfigDict(dict(softmax={}, linear={}))
   # Root PRNG seed: initialisation, training batches, validation and evaluation sets.
   config.seed = 0
   # Steps between checkpoints of a grid's training state (a multiple of eval_every); a

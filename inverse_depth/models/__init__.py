@@ -8,3 +8,5 @@ LAYER_PREDICTIONS = {
     "linear": linear.layer_predictions,
 }
 MODELS = tuple(LAYER_PREDICTIONS)
+# Query rows p_l of every packed layer ([T, B, P]) for the models that have them.
+TEST_ATTENTION = {"softmax": softmax.test_attention}

@@ -1,0 +1,69 @@
+"""Diagnostics of trained models on held-out contexts (SPEC section 3, "Diagnostics").
+
+Mode-wise loss. Both controlled models are linear in the context labels: the
+prediction is y_hat = w . y with w = d y_hat / d y (per context, computed by one
+backward pass). With y = U beta (U the P x d context inputs), y_hat = beta^T v,
+v = U^T w, and y* = beta^T t (t the mean of the selected inputs), so over
+beta ~ N(0, Omega), Omega = O diag(omega) O^T,
+
+    E_beta[(y_hat - y*)^2] = sum_j omega_j (o_j . (v - t))^2,
+
+where o_j = O e_j is the j-th eigen-direction of Sigma. The j-th term averaged
+over contexts is the loss along mode j; the modes sum to the loss (in
+expectation over beta). It is normalised by the loss of predicting 0 along the
+same mode, omega_j E[(o_j . t)^2].
+
+Selection error (softmax). pbar_L = (1/L) sum_l p_l is the model's mean
+attention row and p* puts 1/k on each of the k tokens that make the target:
+E_L = |pbar_L - p*|^2 = |pbar_L|^2 - (2/k) sum_{i in S_k} pbar_L,i + 1/k.
+"""
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from inverse_depth.grid import GridLayout
+from inverse_depth.tasks import Batch
+
+
+def view_weights(num_layers: int, views: list[slice]) -> jax.Array:
+  """W[v, t] = 1/|view v| on the packed layers t of view v: a model's prediction is
+  sum_t W[v, t] f_t (a view is a model, or the first L one-layer models of an ensemble)."""
+  weights_VT = jnp.zeros((len(views), num_layers))
+  for v, layers in enumerate(views):
+    weights_VT = weights_VT.at[v, layers].set(1.0 / len(range(num_layers)[layers]))
+  return weights_VT
+
+
+def prediction_weights(layer_predictions: Callable, params, batch: Batch, layout: GridLayout,
+                       view_weights_VT: jax.Array) -> jax.Array:
+  """w = d y_hat_v / d y for every view v of one seed's models and every context: [V, B, P]
+  (one backward pass per view)."""
+
+  def layer_predictions_TB(y_context_BP):
+    return layer_predictions(params, batch._replace(y_context_BP=y_context_BP), layout)
+
+  predictions_TB, pullback = jax.vjp(layer_predictions_TB, batch.y_context_BP)
+  return jax.vmap(lambda w_T: pullback(jnp.broadcast_to(w_T[:, None], predictions_TB.shape))[0])(
+      view_weights_VT)
+
+
+def modewise_losses(weights_VBP: jax.Array, batch: Batch, rotations_BDD: jax.Array,
+                    omega_D: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Per-mode loss of every view, omega_j mean_contexts (o_j . (v - t))^2 ([V, D]), and
+  of predicting 0, omega_j mean (o_j . t)^2 ([D]); o_j is column j of the context's O."""
+  v_VBD = jnp.einsum("vbp,bpd->vbd", weights_VBP, batch.x_context_BPD)
+  target_modes_BD = jnp.einsum("bdj,bd->bj", rotations_BDD, batch.selected_mean_BD)
+  error_modes_VBD = jnp.einsum("bdj,vbd->vbj", rotations_BDD, v_VBD) - target_modes_BD
+  return (omega_D * jnp.mean(error_modes_VBD ** 2, axis=1),
+          omega_D * jnp.mean(target_modes_BD ** 2, axis=0))
+
+
+def selection_errors(attention_TBP: jax.Array, selected_BK: jax.Array,
+                     view_weights_VT: jax.Array) -> jax.Array:
+  """E = |pbar - p*|^2 per view and context: [V, B] (see the module docstring)."""
+  mean_attention_MBP = jnp.einsum("vt,tbp->vbp", view_weights_VT, attention_TBP)
+  k = selected_BK.shape[-1]
+  on_selected_MB = jnp.take_along_axis(mean_attention_MBP, selected_BK[None], axis=-1).sum(-1)
+  return jnp.sum(mean_attention_MBP ** 2, axis=-1) - 2.0 * on_selected_MB / k + 1.0 / k

@@ -1,0 +1,113 @@
+"""The experiment workdir: refusing the wrong one, moving an old one aside, and the
+training-curve file metrics.jsonl.
+
+A workdir holds config.json (the resolved config), metrics.jsonl, checkpoints/,
+grids/, bounds/, results.json, figures/ and report.md. A rerun on the same
+workdir resumes; a workdir holding another config is refused, naming the fields
+that differ.
+"""
+
+import datetime
+import json
+import os
+
+from absl import logging
+
+from inverse_depth import config as config_lib
+from inverse_depth.files import write_text_atomic
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+RESULTS_FILE = "results.json"
+
+
+class WorkdirConflict(RuntimeError):
+  """The workdir holds results of a different config, or is not an experiment workdir."""
+
+
+def _refuse_foreign_directory(workdir: str, advice: str) -> None:
+  """Raises WorkdirConflict for a path that is not a directory, or a non-empty directory
+  without config.json."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirConflict(f"--workdir {workdir} exists and is not a directory. {advice}")
+  if (os.path.isdir(workdir) and os.listdir(workdir)
+      and not os.path.exists(os.path.join(workdir, CONFIG_FILE))):
+    raise WorkdirConflict(f"{workdir} is not empty and holds no config.json: not an "
+                          f"experiment workdir. {advice}")
+
+
+def check_workdir(config_dict: dict, workdir: str) -> None:
+  """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
+  or a non-empty directory that is not an experiment workdir. Fields in
+  config.RUNTIME_FIELDS may differ."""
+  _refuse_foreign_directory(workdir, "Choose a new --workdir.")
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)
+  current = json.loads(json.dumps(config_dict))  # tuples -> lists, as saved
+  differing = sorted(k for k in set(saved) | set(current)
+                     if saved.get(k) != current.get(k) and k not in config_lib.RUNTIME_FIELDS)
+  if differing:
+    raise WorkdirConflict(
+        f"{workdir} holds results of a different config (fields {', '.join(differing)}: "
+        + "; ".join(f"{k} saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in differing)
+        + "). Choose a new --workdir, or pass --start_over to move the old one aside and "
+        "start again.")
+
+
+def move_aside(workdir: str) -> str | None:
+  """Renames an existing experiment workdir to <workdir>.replaced-<time> (nothing is
+  deleted); refuses any other non-empty directory."""
+  if not os.path.exists(workdir):
+    return None
+  _refuse_foreign_directory(workdir, "--start_over will not move it.")
+  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+  destination = f"{os.path.normpath(workdir)}.replaced-{stamp}"
+  os.rename(workdir, destination)
+  logging.warning("Starting over: moved the previous %s to %s", workdir, destination)
+  return destination
+
+
+class MetricsLog:
+  """metrics.jsonl: one JSON line per (grid model, spectrum, evaluation step)."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, METRICS_FILE)
+
+  def drop_after(self, model: str, spectra, step: int) -> None:
+    """Removes the lines of `model` on `spectra` beyond `step` (left by an interrupted
+    run), and any line a killed process left half written."""
+    if not os.path.exists(self.path):
+      return
+    with open(self.path) as f:
+      lines = f.readlines()
+    grid_spectra = {(float(a), float(b)) for a, b in spectra}
+
+    def keep(line):
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError:
+        logging.warning("Dropping a half-written line of %s: %r", self.path, line[:80])
+        return False
+      return (record["model"] != model or (record["a"], record["b"]) not in grid_spectra
+              or record["step"] <= step)
+
+    kept = [line.rstrip("\n") + "\n" for line in lines if line.strip() and keep(line)]
+    if kept != lines:
+      write_text_atomic(self.path, "".join(kept))
+
+  def append(self, records: list[dict]) -> None:
+    with open(self.path, "a") as f:
+      f.writelines(json.dumps(record) + "\n" for record in records)
+      f.flush()
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """Every line of workdir/metrics.jsonl (a missing file gives [])."""
+  path = os.path.join(workdir, METRICS_FILE)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,89 @@
+"""Diagnostics (inverse_depth/diagnostics.py) against direct computations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from inverse_depth import diagnostics, tasks
+from inverse_depth.grid import GridLayout, InitScales, init_grid
+from inverse_depth.models import LAYER_PREDICTIONS, softmax
+
+D, P, N, B = 4, 16, 8, 32
+LAYOUT = GridLayout((1, 3))
+VIEWS = [LAYOUT.layer_slice(0), LAYOUT.layer_slice(1)]
+
+
+def _setup(model, task="topk", a=0.5, b=1.0):
+  keys = jax.random.split(jax.random.key(3), B)
+  batch = tasks.sample_contexts(keys, d=D, P=P, a=a, b=b, task=task, k=2)
+  params = jax.tree.map(lambda x: x[0], init_grid(
+      jax.random.key(4), LAYOUT, (0,), d=D, N=N,
+      scales=InitScales(qk_init="identity", qk_noise=0.3)))
+  rotations = jax.vmap(lambda k: tasks.context_rotation(k, D))(keys)
+  return batch, params, rotations
+
+
+@pytest.mark.parametrize("model", ["softmax", "linear"])
+def test_prediction_weights_reproduce_the_prediction(model):
+  """Both models are linear in the labels: y_hat_v = w_v . y exactly."""
+  batch, params, _ = _setup(model)
+  weights_VT = diagnostics.view_weights(LAYOUT.total_layers, VIEWS)
+  w_VBP = diagnostics.prediction_weights(LAYER_PREDICTIONS[model], params, batch, LAYOUT,
+                                         weights_VT)
+  f_TB = LAYER_PREDICTIONS[model](params, batch, LAYOUT)
+  np.testing.assert_allclose(np.einsum("vbp,bp->vb", w_VBP, batch.y_context_BP),
+                             LAYOUT.model_mean(f_TB), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["softmax", "linear"])
+def test_modewise_losses_sum_to_the_expected_loss_over_beta(model):
+  """sum_j of the mode-wise losses = mean over contexts of (v - t)^T Omega (v - t), which
+  is E_beta[(y_hat - y*)^2]; checked against Monte Carlo over fresh beta too."""
+  batch, params, rotations = _setup(model)
+  weights_VT = diagnostics.view_weights(LAYOUT.total_layers, VIEWS)
+  w_VBP = diagnostics.prediction_weights(LAYER_PREDICTIONS[model], params, batch, LAYOUT,
+                                         weights_VT)
+  omega_D = tasks.power_spectrum(D, 1.0)
+  losses_VD, zero_D = diagnostics.modewise_losses(w_VBP, batch, rotations, omega_D)
+  O = np.asarray(rotations, np.float64)
+  Omega_BDD = np.einsum("bij,j,bkj->bik", O, np.asarray(omega_D, np.float64), O)
+  v_VBD = np.einsum("vbp,bpd->vbd", np.asarray(w_VBP, np.float64),
+                    np.asarray(batch.x_context_BPD, np.float64))
+  residual_VBD = v_VBD - np.asarray(batch.selected_mean_BD, np.float64)
+  expected_V = np.einsum("vbi,bij,vbj->vb", residual_VBD, Omega_BDD, residual_VBD).mean(-1)
+  np.testing.assert_allclose(np.asarray(losses_VD).sum(-1), expected_V, rtol=1e-4)
+  t_BD = np.asarray(batch.selected_mean_BD, np.float64)
+  np.testing.assert_allclose(np.asarray(zero_D).sum(),
+                             np.einsum("bi,bij,bj->b", t_BD, Omega_BDD, t_BD).mean(), rtol=1e-4)
+  # Monte Carlo over beta ~ N(0, Omega) with the inputs fixed.
+  rng = np.random.default_rng(0)
+  beta_RBD = np.einsum("bij,rbj->rbi", O * np.sqrt(np.asarray(omega_D))[None, None],
+                       rng.standard_normal((4000, B, D)))
+  realised_V = ((np.einsum("rbd,vbd->rvb", beta_RBD, residual_VBD)) ** 2).mean(axis=(0, 2))
+  np.testing.assert_allclose(realised_V, expected_V, rtol=0.08)
+
+
+def test_selection_error_matches_brute_force():
+  batch, params, _ = _setup("softmax")
+  weights_VT = diagnostics.view_weights(LAYOUT.total_layers, VIEWS)
+  attention_TBP = softmax.test_attention(params, batch, LAYOUT)
+  selected_BK = tasks.selected_indices(batch, 2)
+  errors_VB = np.asarray(diagnostics.selection_errors(attention_TBP, selected_BK, weights_VT))
+  attention = np.asarray(attention_TBP, np.float64)
+  x, q = np.asarray(batch.x_context_BPD), np.asarray(batch.x_test_BD)
+  for v, layers in enumerate(VIEWS):
+    for i in range(B):
+      cosine = x[i] @ q[i] / (np.linalg.norm(x[i], axis=1) * np.linalg.norm(q[i]))
+      target = np.zeros(P)
+      target[np.argsort(-cosine)[:2]] = 0.5
+      expected = np.sum((attention[layers, i].mean(axis=0) - target) ** 2)
+      assert errors_VB[v, i] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_selected_indices_on_the_copy_task_find_the_copied_input():
+  keys = jax.random.split(jax.random.key(8), B)
+  batch = tasks.sample_contexts(keys, d=D, P=P, a=0.0, b=0.0, task="top1", k=1)
+  index_B = np.asarray(tasks.selected_indices(batch, 1))[:, 0]
+  np.testing.assert_array_equal(np.asarray(batch.x_context_BPD)[np.arange(B), index_B],
+                                np.asarray(batch.x_test_BD))
