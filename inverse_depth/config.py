@@ -130,10 +130,9 @@ RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
 
 
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
-# everything but what defines the table (task, k, spectra), the seeds and the sizes (which
-# are per kind already).
-NOT_OVERRIDABLE = ("model", "model_overrides", "task", "k", "spectra", "sizes", "seed",
-                   "num_seeds")
+# everything but what defines the table (task, k, spectra), the root seed and the sizes
+# (which are per kind already).
+NOT_OVERRIDABLE = ("model", "model_overrides", "task", "k", "spectra", "sizes", "seed")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

@@ -15,3 +15,24 @@ def table1_floor(model: str, task: str, k: int, a: float, b: float) -> float | N
   if task != "topk" or k != 2:
     return None
   return TABLE1_L0.get(model.split("-")[0], {}).get((float(a), float(b)))
+
+
+# Table 2: linear model, easy task: measured depth exponent, by (a, b) (zeta and 2 zeta are
+# theory.zeta's).
+TABLE2_ALPHA = {(2.0, 0.5): 1.121, (2.0, 1.0): 1.485, (2.0, 1.5): 1.684, (2.0, 2.0): 1.987,
+                (0.5, 2.0): 3.310, (1.0, 2.0): 2.552, (1.5, 2.0): 2.163}
+
+# Table 3: linear floor, theory T - h^T G^+ h against trained, by (k, a, b); the entries the
+# paper's text quotes (SPEC section 4, issue 8).
+TABLE3_FLOOR = {(2, 0.0, 0.0): dict(theory=59.37, trained=59.85),
+                (2, 0.5, 0.5): dict(theory=2.27, trained=2.33),
+                (2, 1.0, 0.25): dict(theory=1.225, trained=None),
+                (16, 1.0, 0.0): dict(theory=0.448, trained=0.445)}
+
+# Table 4: softmax fitted depth exponent alpha, by (k, a, b) (all with R^2 >= 0.998).
+TABLE4_ALPHA = {(2, 0.25, 0.25): 0.97, (2, 0.25, 0.5): 0.93, (2, 0.5, 0.5): 0.97,
+                (16, 0.0, 0.25): 0.79, (16, 0.0, 0.5): 0.88, (16, 0.25, 0.25): 0.81,
+                (16, 0.25, 0.5): 0.81}
+
+# Table 5: gap fit L0 - C_L = c L^-alpha, softmax, the seven Table 1 spectra: alpha range.
+TABLE5_ALPHA_RANGE = (0.977, 0.994)

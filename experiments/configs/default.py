@@ -108,7 +108,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # |pbar_L - p*|^2 and the attention mass on the target's tokens. 0 skips them.
   config.diagnostic_size = 4096
   # Per model kind, fields whose value differs for that kind's grids (any field except
-  # model, task, k, spectra, sizes, seed, num_seeds), e.g. the linear model's own learning
+  # model, task, k, spectra, sizes, seed), e.g. the linear model's own learning
   # rate or depths. Empty: every kind runs under the fields above.
   config.model_overrides = ml_collections.ConfigDict(dict(softmax={}, linear={}))
   # Root PRNG seed: initialisation, training batches, validation and evaluation sets.

@@ -1,0 +1,19 @@
+"""The easy task (top-1 copy): one softmax layer solves it, linear attention cannot.
+
+    python -m experiments.run --config=experiments/configs/easy.py --workdir=runs/easy
+
+Isotropic spectrum. Softmax (d = 16, P = 128) at depths 1, 2, 4: the loss should fall
+towards 0 and the top-1 attention mass (metrics.jsonl `selected_mass`, plotted per
+evaluation) towards 1. Linear (d = 128, P = 1024) beside it at depths 1, 2, 4.
+"""
+
+from experiments.configs import tables
+
+
+def get_config(tier: str = "cpu"):
+  config = tables.base(tier, "softmax,linear", "top1", 1, ((0.0, 0.0),))
+  config.depths = (1, 2, 4)
+  config.max_steps = 1000 if tier == "cpu" else 4000
+  config.bound_samples = 0  # the bounds are for the difficult task
+  config.model_overrides.linear.update(depths=(1, 2, 4), max_steps=300, bound_samples=0)
+  return config

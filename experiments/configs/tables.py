@@ -1,0 +1,75 @@
+"""Shared pieces of the paper's tables (table1.py ... table4_top16.py, easy.py, selection.py).
+
+Two scale tiers, named after the config file: `cpu` (default; every table on 2 CPU cores,
+`make reproduce`) and `paper` (depths to 256 on one accelerator):
+
+    python -m experiments.run --config=experiments/configs/table1.py:paper --workdir=DIR
+
+Sizes are the paper's (BUILD_NOTES "Sizes"): softmax d = 16, P = 128; linear d = 128,
+P = 1024. Each model kind trains under its own regime (BUILD_NOTES "Training regime",
+"Linear floor"), set through config.model_overrides so that one run holds both kinds.
+"""
+
+import ml_collections
+
+from experiments.configs import default
+from inverse_depth.config import ConfigError
+
+TIERS = ("cpu", "paper")
+
+# Table 1 (difficult task, k = 2): (a, b) with lambda_k = k^-a, omega_k = k^-b.
+TABLE1_SPECTRA = ((0.0, 0.0), (0.0, 0.25), (0.0, 0.5), (0.0, 1.0), (0.25, 0.0), (0.5, 0.0),
+                  (1.0, 0.0))
+# Table 2 (linear model, easy task).
+TABLE2_SPECTRA = ((2.0, 0.5), (2.0, 1.0), (2.0, 1.5), (2.0, 2.0), (0.5, 2.0), (1.0, 2.0),
+                  (1.5, 2.0))
+# Table 4 (softmax fitted exponents).
+TABLE4_TOP2_SPECTRA = ((0.25, 0.25), (0.25, 0.5), (0.5, 0.5))
+TABLE4_TOP16_SPECTRA = ((0.0, 0.25), (0.0, 0.5), (0.25, 0.25), (0.25, 0.5))
+
+# Per tier: softmax depths, seeds, steps, evaluation contexts, bound contexts; then the
+# linear model's depths, steps, evaluation and bound contexts.
+_TIER_FIELDS = {
+    "cpu": dict(softmax_depths=(1, 2, 4, 8, 16, 32), softmax_seeds=2, softmax_steps=2000,
+                softmax_eval=20_480, softmax_bound=50_000, linear_depths=(1, 2, 4),
+                linear_steps=500, linear_eval=4096, linear_bound=10_000),
+    "paper": dict(softmax_depths=(1, 2, 4, 8, 16, 32, 64, 128, 256), softmax_seeds=3,
+                  softmax_steps=8000, softmax_eval=100_000, softmax_bound=200_000,
+                  linear_depths=(1, 2, 4, 8), linear_steps=2000, linear_eval=20_480,
+                  linear_bound=20_000),
+}
+
+
+def check_tier(tier: str) -> dict:
+  if tier not in TIERS:
+    raise ConfigError(f"config tier {tier!r} does not exist: allowed {', '.join(TIERS)}")
+  return _TIER_FIELDS[tier]
+
+
+def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
+  """The default config at tier `tier`: softmax under the depth-law regime, linear under
+  its own (orthogonal input map, identity scale 6, Adam 3e-4, batch 64)."""
+  sizes = check_tier(tier)
+  config = default.get_config()
+  config.model = model
+  config.task = task
+  config.k = k
+  config.spectra = tuple(spectra)
+  config.depths = sizes["softmax_depths"]
+  config.num_seeds = sizes["softmax_seeds"]
+  config.learning_rate = 3e-3
+  config.warmup_steps = 200
+  config.max_steps = sizes["softmax_steps"]
+  config.eval_every = 250
+  config.checkpoint_every = 500
+  config.val_size = 2048
+  config.eval_size = sizes["softmax_eval"]
+  config.eval_chunk_size = 4096
+  config.bound_samples = sizes["softmax_bound"]
+  config.model_overrides.linear = dict(
+      depths=sizes["linear_depths"], num_seeds=1, batch_size=64, W_x_init="orthogonal",
+      qk_init_scale=6.0, learning_rate=3e-4, warmup_steps=100,
+      max_steps=sizes["linear_steps"], eval_every=100, checkpoint_every=100, val_size=1024,
+      eval_size=sizes["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
+      bound_samples=sizes["linear_bound"])
+  return config
