@@ -30,9 +30,9 @@ TABLE4_TOP16_SPECTRA = ((0.0, 0.25), (0.0, 0.5), (0.25, 0.25), (0.25, 0.5))
 # Per tier: softmax depths, seeds, steps, evaluation contexts, bound contexts; then the
 # linear model's depths, steps, evaluation and bound contexts.
 _TIER_FIELDS = {
-    "cpu": dict(softmax_depths=(1, 2, 4, 8, 16, 32), softmax_seeds=2, softmax_steps=2000,
+    "cpu": dict(softmax_depths=(1, 2, 4, 8, 16, 32), softmax_seeds=2, softmax_steps=1500,
                 softmax_eval=20_480, softmax_bound=50_000, linear_depths=(1, 2, 4),
-                linear_steps=500, linear_eval=4096, linear_bound=10_000),
+                linear_steps=300, linear_eval=4096, linear_bound=10_000),
     "paper": dict(softmax_depths=(1, 2, 4, 8, 16, 32, 64, 128, 256), softmax_seeds=3,
                   softmax_steps=8000, softmax_eval=100_000, softmax_bound=200_000,
                   linear_depths=(1, 2, 4, 8), linear_steps=2000, linear_eval=20_480,
@@ -69,7 +69,7 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   config.model_overrides.linear = dict(
       depths=sizes["linear_depths"], num_seeds=1, batch_size=64, W_x_init="orthogonal",
       qk_init_scale=6.0, learning_rate=3e-4, warmup_steps=100,
-      max_steps=sizes["linear_steps"], eval_every=100, checkpoint_every=100, val_size=1024,
+      max_steps=sizes["linear_steps"], eval_every=50, checkpoint_every=100, val_size=1024,
       eval_size=sizes["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
       bound_samples=sizes["linear_bound"])
   return config
