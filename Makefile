@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/quick
 
-.PHONY: demo test test-all smoke bench clean regimes
+.PHONY: demo test test-all smoke bench clean regimes reproduce
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,12 @@ demo: $(VENV)/.installed
 
 smoke: $(VENV)/.installed
 	$(PY) -m experiments.run --config=experiments/configs/smoke.py --workdir=runs/smoke
+
+# Every table of the paper at the cpu tier (README "Reproducing the paper"); TIER=paper on an
+# accelerator. Resumable: rerunning continues where it stopped.
+TIER ?= cpu
+reproduce: $(VENV)/.installed
+	$(PY) -m experiments.reproduce --tier=$(TIER) --workdir=runs/reproduce
 
 bench: $(VENV)/.installed
 	$(PY) -m bench.run $(BENCH_FLAGS)

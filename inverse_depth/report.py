@@ -18,16 +18,16 @@ from inverse_depth import analysis, paper  # noqa: E402
 from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
 
 
-def _grid_label(fit: dict) -> str:
+def grid_label(fit: dict) -> str:
   task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
   return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g})"
 
 
-def _runs_of(results: dict, fit: dict) -> list[dict]:
+def runs_of(results: dict, fit: dict) -> list[dict]:
   return [r for r in results["runs"] if all(r[f] == fit[f] for f in ("model", "task", "k", "a", "b"))]
 
 
-def _by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
+def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
   depths, means, _ = analysis.seed_means(analysis.clean_runs(runs), field)
   return np.array(depths), np.array(means)
 
@@ -41,13 +41,13 @@ def plot_depth_scaling(results: dict, path: str) -> None:
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for i, fit in enumerate(results["fits"]):
     color = f"C{i}"
-    runs = _runs_of(results, fit)
+    runs = runs_of(results, fit)
     for r in runs:  # every seed; flagged models as crosses (they are not in the means)
       if not r["diverged"]:
         ax.plot(r["depth"], r["eval_loss"], "x" if r.get("flagged") else ".", color=color,
                 alpha=0.35)
-    depths, losses = _by_depth(runs, "eval_loss")
-    ax.plot(depths, losses, "o", color=color, label=_grid_label(fit))
+    depths, losses = by_depth(runs, "eval_loss")
+    ax.plot(depths, losses, "o", color=color, label=grid_label(fit))
     if fit.get("resolved", np.isfinite(fit["alpha"])):
       dense = np.geomspace(depths.min(), depths.max(), 100)
       ax.plot(dense, _fit_curve(fit, dense), "-", color=color, alpha=0.8,
@@ -63,10 +63,10 @@ def plot_depth_scaling(results: dict, path: str) -> None:
                  label=f"linear floor theory {bound['floor']:.4g}")
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (clean models)")
   ax.legend(fontsize=7)
-  _save_atomic(fig, path)
+  save_figure(fig, path)
 
 
-def _save_atomic(fig, path: str) -> None:
+def save_figure(fig, path: str) -> None:
   """Saves a PNG to a temporary file, then renames it over `path`."""
   fig.tight_layout()
   with atomic_path(path) as tmp:
@@ -79,10 +79,10 @@ def plot_decomposition(results: dict, path: str) -> None:
   fits = results["fits"]
   fig, axes = plt.subplots(1, len(fits), figsize=(4.5 * len(fits), 3.8), squeeze=False)
   for ax, fit in zip(axes[0], fits):
-    runs = _runs_of(results, fit)
-    depths, R = _by_depth(runs, "eval_loss")
-    _, C = _by_depth(runs, "C")
-    _, D = _by_depth(runs, "disagreement")
+    runs = runs_of(results, fit)
+    depths, R = by_depth(runs, "eval_loss")
+    _, C = by_depth(runs, "C")
+    _, D = by_depth(runs, "disagreement")
     ax.plot(depths, R, "o-", label="R_L")
     ax.plot(depths, C, "s-", label="C_L (shared)")
     ax.plot(depths, D, "^-", label="A_L - C_L (disagreement)")
@@ -92,10 +92,10 @@ def plot_decomposition(results: dict, path: str) -> None:
     ax.set(xscale="log" if values.size else "linear",
            yscale="log" if all_positive else ("symlog" if values.size else "linear"),
            xlabel="depth L",
-           title=_grid_label(fit))
+           title=grid_label(fit))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
-  _save_atomic(fig, path)
+  save_figure(fig, path)
 
 
 def checks(results: dict) -> list[tuple[bool, str]]:
@@ -132,14 +132,14 @@ def checks(results: dict) -> list[tuple[bool, str]]:
     if soft is not None and lin is not None and soft["losses"] and lin["losses"]:
       ratio = soft["losses"][-1] / lin["losses"][-1]
       lines.append((ratio < 0.5,
-                    f"{_grid_label(soft)}: deepest softmax loss is {ratio:.2f}x the deepest "
+                    f"{grid_label(soft)}: deepest softmax loss is {ratio:.2f}x the deepest "
                     f"linear loss (fitted floors L0: softmax {soft['L0']:.3g}, linear "
                     f"{lin['L0']:.3g})."))
   return lines
 
 
 def _monotone_check(fit: dict) -> tuple[bool, str]:
-  label = _grid_label(fit)
+  label = grid_label(fit)
   bad = fit["non_monotone_depths"]
   steps = ", ".join(f"{p['previous']}->{p['depth']}: {p['difference']:+.2g} +- {p['se']:.2g}"
                     for p in fit.get("paired_differences", []))
@@ -150,7 +150,7 @@ def _monotone_check(fit: dict) -> tuple[bool, str]:
 
 
 def _softmax_checks(fit: dict) -> list[tuple[bool, str]]:
-  label = _grid_label(fit)
+  label = grid_label(fit)
   lines = [_monotone_check(fit)]
   bound = fit.get("bound")
   losses = fit["losses"]
@@ -186,7 +186,7 @@ def _softmax_checks(fit: dict) -> list[tuple[bool, str]]:
 
 
 def _linear_checks(fit: dict) -> list[tuple[bool, str]]:
-  label = _grid_label(fit)
+  label = grid_label(fit)
   lines = []
   losses = np.array(fit["losses"])
   if len(losses) >= 3:
@@ -206,7 +206,7 @@ def _linear_checks(fit: dict) -> list[tuple[bool, str]]:
 
 def _table(results: dict, fit: dict) -> list[str]:
   """Per depth: means over clean seeds of R, A, C, A - C, with the seed spread of R."""
-  runs = _runs_of(results, fit)
+  runs = runs_of(results, fit)
   rows = ["| depth | R_L (mean +- seed se) | A_L | C_L | A_L - C_L | max abs identity residual "
           "| steps | converged | flagged | diverged |", "|---|---|---|---|---|---|---|---|---|---|"]
   for depth in sorted({r["depth"] for r in runs}):
@@ -237,14 +237,14 @@ def _ensemble_comparison(results: dict) -> list[str]:
     joint = fits.get(("softmax", *problem))
     if model != "softmax-ensemble" or joint is None:
       continue
-    lines += ["", f"## Depth or ensemble? {_grid_label(joint)}", "",
+    lines += ["", f"## Depth or ensemble? {grid_label(joint)}", "",
               "Jointly trained depth-L model against the average of L one-layer models trained "
               "alone on the same stream (means over clean seeds). Where the two agree, depth acts "
               "as an ensemble; where they differ, joint training does something an ensemble "
               "cannot.", "",
               "| depth | joint R_L | ensemble R_L | joint - ensemble | joint A_L - C_L | "
               "ensemble A_L - C_L |", "|---|---|---|---|---|---|"]
-    columns = [dict(zip(*_by_depth(_runs_of(results, fit), field)))
+    columns = [dict(zip(*by_depth(runs_of(results, fit), field)))
                for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
     for depth in sorted(set(columns[0]) | set(columns[2])):
       joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
@@ -282,11 +282,11 @@ def write_report(workdir: str) -> str:
     gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}"
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
     if fit.get("resolved", True):
-      lines.append(f"| {_grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
+      lines.append(f"| {grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
                    f"{fit['c']:.4g} +- {fit['c_se']:.2g} | {fit['alpha']:.3f} +- "
                    f"{fit['alpha_se']:.3f} | {fit['r2']:.4f} | {gap_text} |")
     else:
-      lines.append(f"| {_grid_label(fit)} | {fit.get('verdict', 'not resolved')} | - | - | - "
+      lines.append(f"| {grid_label(fit)} | {fit.get('verdict', 'not resolved')} | - | - | - "
                    f"| {gap_text} |")
   lines += ["", "## Against theory and the paper", "",
             "| grid | fitted L0 | R at the deepest depth | theory bound | best mixture of cosine "
@@ -299,11 +299,11 @@ def write_report(workdir: str) -> str:
     mixture_text = (f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}"
                     if bound.get("kind") == "softmax_bound" else "-")
     deepest = fit["losses"][-1] if fit["losses"] else float("nan")
-    lines.append(f"| {_grid_label(fit)} | {fit['L0']:.4g} | {deepest:.4g} | {theory_text} | "
+    lines.append(f"| {grid_label(fit)} | {fit['L0']:.4g} | {deepest:.4g} | {theory_text} | "
                  f"{mixture_text} | {target if target is not None else '-'} |")
   lines += _ensemble_comparison(results)
   for fit in results["fits"]:
-    lines += ["", f"## {_grid_label(fit)}", ""] + _table(results, fit)
+    lines += ["", f"## {grid_label(fit)}", ""] + _table(results, fit)
     if fit.get("flagged"):
       lines += ["", "**Flagged and excluded from the means and the fit:** "
                 + "; ".join(f"depth {e['depth']} seed {e['seed']} ({e['reason']})"

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from inverse_depth import config as config_lib, experiment
+from inverse_depth import config as config_lib, experiment, workdir as workdir_lib
 from inverse_depth.checkpoint import CheckpointMismatch, GridCheckpoints, state_checksum
 from inverse_depth.grid import InitScales
 from inverse_depth.train import GridTrainer
@@ -306,3 +306,18 @@ def test_guard_refuses_a_directory_that_is_not_a_workdir(tmp_path, start_over):
     experiment.run(tiny.tiny_config(), str(tmp_path), start_over=start_over)
   assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
   assert not glob.glob(f"{tmp_path}.replaced-*")
+
+
+def test_metrics_log_drops_only_the_resumed_grids_later_lines(tmp_path):
+  """drop_after removes the lines of one grid's spectra beyond the restored step, keeps every
+  other grid's, and drops a torn last line."""
+  log = workdir_lib.MetricsLog(str(tmp_path))
+  log.append([dict(model=model, a=a, b=0.0, step=step)
+              for step in (10, 20, 30) for model in ("softmax", "linear") for a in (0.0, 1.0)])
+  with open(log.path, "a") as f:
+    f.write('{"model": "softmax", "a": 0.0, "b"')  # killed mid-line
+  log.drop_after("softmax", ((0.0, 0.0), (1.0, 0.0)), 20)
+  kept = workdir_lib.read_metrics(str(tmp_path))
+  assert sorted((m["model"], m["a"], m["step"]) for m in kept) == sorted(
+      [("softmax", a, s) for a in (0.0, 1.0) for s in (10, 20)]
+      + [("linear", a, s) for a in (0.0, 1.0) for s in (10, 20, 30)])

@@ -1,0 +1,450 @@
+"""The combined reproduction report: the paper's Tables 1-5 and diagnostics, from the
+results.json (and metrics.jsonl) of each table's workdir alone.
+
+Layout: ROOT/<run>/ for each run in RUNS (each an ordinary experiment workdir), and
+ROOT/report.md with ROOT/figures/*.png written here. A run that is missing is reported
+as not run; nothing is filled in.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from inverse_depth import analysis, paper, report, theory
+from inverse_depth.files import write_text_atomic
+from inverse_depth.report import plt
+from inverse_depth.workdir import RESULTS_FILE, read_metrics
+
+# (workdir name, config file) in the order `make reproduce` runs them. Table 5 and the
+# selection error are read from the Table 1 run.
+RUNS = (("table1", "experiments/configs/table1.py"),
+        ("table4", "experiments/configs/table4.py"),
+        ("table4_top16", "experiments/configs/table4_top16.py"),
+        ("table3", "experiments/configs/table3.py"),
+        ("easy", "experiments/configs/easy.py"),
+        ("table2", "experiments/configs/table2.py"))
+
+
+def load_results(root: str) -> dict[str, dict]:
+  """results.json of every run of RUNS present under `root`, by run name."""
+  found = {}
+  for name, _ in RUNS:
+    path = os.path.join(root, name, RESULTS_FILE)
+    if os.path.exists(path):
+      with open(path) as f:
+        found[name] = json.load(f)
+  return found
+
+
+def _percent(ours: float, theirs: float | None) -> str:
+  if theirs is None or not np.isfinite(ours):
+    return "-"
+  return f"{100 * (ours / theirs - 1):+.1f}%"
+
+
+def _fits(results: dict | None, model: str) -> list[dict]:
+  return [f for f in (results or {}).get("fits", []) if f["model"] == model]
+
+
+def deepest(fit: dict) -> tuple[int | None, float]:
+  """(depth, seed-mean loss) of the deepest depth with a clean model; (None, nan) if none."""
+  return (fit["depths"][-1], fit["losses"][-1]) if fit["losses"] else (None, float("nan"))
+
+
+def floor_of(fit: dict) -> tuple[float, str]:
+  """A grid's floor: the fitted L0 where the fit resolves a depth law with a floor, else the
+  deepest clean loss (a plateau); with the words saying which."""
+  if fit.get("resolved") and np.isfinite(fit["L0"]) and fit["L0"] > 0:
+    return fit["L0"], "fitted L0"
+  depth, loss = deepest(fit)
+  return loss, f"R at L={depth}" if depth else "no clean model"
+
+
+def table1_section(results: dict | None) -> tuple[list[str], list[tuple[bool, str]]]:
+  """Table 1 rows (both models, seven spectra) and the checks the issue asks for."""
+  lines = ["## Table 1: floors on the difficult task (top-2)", ""]
+  if results is None:
+    return lines + ["Not run (runs/reproduce/table1 has no results.json)."], []
+  lines += ["| (a, b) | softmax floor | paper | diff | best single cosine layer | best mixture | "
+            "linear floor | paper | diff | theory T - h^T G^+ h | linear R_4 vs R_2 |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+  checks = []
+  soft = {(f["a"], f["b"]): f for f in _fits(results, "softmax")}
+  lin = {(f["a"], f["b"]): f for f in _fits(results, "linear")}
+  for key in sorted(set(soft) | set(lin), key=lambda ab: (ab[0], ab[1])):
+    cells = [f"({key[0]:g}, {key[1]:g})"]
+    soft_floor = lin_floor = float("nan")
+    for model, fits in (("softmax", soft), ("linear", lin)):
+      fit = fits.get(key)
+      if fit is None:
+        cells += ["not run"] + ["-"] * 4
+        continue
+      value, how = floor_of(fit)
+      target = paper.table1_floor(model, "topk", 2, *key)
+      cells += [f"{value:.4g} ({how})", f"{target:g}" if target else "-",
+                _percent(value, target)]
+      bound = fit.get("bound") or {}
+      if model == "softmax":
+        soft_floor = value
+        cells += [f"{bound['single']:.4g} +- {bound['single_se']:.2g}" if bound else "-",
+                  f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}" if bound else "-"]
+      else:
+        lin_floor = value
+        depth, loss = deepest(fit)
+        flat = (loss / fit["losses"][fit["depths"].index(2)] - 1 if 2 in fit["depths"]
+                else float("nan"))
+        cells += [f"{bound['floor']:.4g} +- {bound['floor_se']:.2g}" if bound else "-",
+                  f"{100 * flat:+.2f}%"]
+        checks.append((abs(flat) < 0.02, f"Table 1 linear ({key[0]:g}, {key[1]:g}): loss at "
+                       f"L={depth} is {100 * flat:+.2f}% from L=2 (needs within 2%)."))
+      if target:
+        checks.append((abs(value / target - 1) < 0.10, f"Table 1 {model} ({key[0]:g}, "
+                       f"{key[1]:g}): floor {value:.4g} ({how}) is {_percent(value, target)} "
+                       f"from the paper's {target:g} (needs within 10%)."))
+    if np.isfinite(soft_floor) and np.isfinite(lin_floor):
+      checks.append((soft_floor < lin_floor, f"Table 1 ({key[0]:g}, {key[1]:g}): softmax floor "
+                     f"{soft_floor:.4g} below the linear floor {lin_floor:.4g}."))
+    lines.append("| " + " | ".join(cells) + " |")
+  lines += ["", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a "
+            "depth law, else the deepest clean loss. Linear floor: the deepest clean loss (the "
+            "plateau; its fit has no depth dependence to resolve). Theory columns: "
+            "`theory.softmax_bound` and `theory.linear_floor` on the run's own contexts."]
+  return lines, checks
+
+
+def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, str]]]:
+  lines = ["## Table 2: linear model, easy task: R_L = c L^-alpha", ""]
+  if results is None:
+    return lines + ["Not run (runs/reproduce/table2 has no results.json)."], []
+  lines += ["| (a, b) | zeta | alpha (ours) | R^2 | 2 zeta | paper alpha | between zeta and "
+            "2 zeta? | losses by depth |", "|---|---|---|---|---|---|---|---|"]
+  checks = []
+  for fit in _fits(results, "linear"):
+    z = theory.zeta(fit["a"], fit["b"])
+    alpha = fit["alpha"] if fit.get("resolved") else float("nan")
+    inside = z <= alpha <= 2 * z
+    target = paper.TABLE2_ALPHA.get((fit["a"], fit["b"]))
+    lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {z:.3g} | {alpha:.3f} +- "
+                 f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {2 * z:.3g} | "
+                 f"{target if target else '-'} | {'yes' if inside else 'no'} | "
+                 + ", ".join(f"{L}: {R:.3g}" for L, R in zip(fit["depths"], fit["losses"]))
+                 + " |")
+    checks.append((inside, f"Table 2 ({fit['a']:g}, {fit['b']:g}): alpha {alpha:.3f} "
+                   f"{'is' if inside else 'is NOT'} between zeta {z:.3g} and 2 zeta {2 * z:.3g}."))
+  return lines, checks
+
+
+def table3_section(linear_runs: list[dict]) -> tuple[list[str], list[tuple[bool, str]]]:
+  """Theory floor against the trained plateau for every linear difficult-task grid."""
+  lines = ["## Table 3: linear floor, theory against trained", ""]
+  if not linear_runs:
+    return lines + ["Not run (no linear difficult-task grid under runs/reproduce)."], []
+  lines += ["| k | (a, b) | theory T - h^T G^+ h | trained (deepest L) | diff | paper theory | "
+            "paper trained |", "|---|---|---|---|---|---|---|"]
+  checks = []
+  for fit in linear_runs:
+    bound = fit.get("bound")
+    if not bound:
+      continue
+    depth, trained = deepest(fit)
+    quoted = paper.TABLE3_FLOOR.get((fit["k"], fit["a"], fit["b"]), {})
+    lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {bound['floor']:.4g} +- "
+                 f"{bound['floor_se']:.2g} | {trained:.4g} (L={depth}) | "
+                 f"{_percent(trained, bound['floor'])} | {quoted.get('theory') or '-'} | "
+                 f"{quoted.get('trained') or '-'} |")
+    checks.append((abs(trained / bound["floor"] - 1) < 0.05, f"Table 3 k={fit['k']} "
+                   f"({fit['a']:g}, {fit['b']:g}): trained {trained:.4g} is "
+                   f"{_percent(trained, bound['floor'])} from theory {bound['floor']:.4g} "
+                   "(needs within 5%)."))
+  return lines, checks
+
+
+def table4_section(runs: list[dict | None]) -> list[str]:
+  lines = ["## Table 4: softmax depth exponents", "",
+           "| k | (a, b) | alpha (ours) | R^2 | L0 | paper alpha |", "|---|---|---|---|---|---|"]
+  for results in runs:
+    for fit in _fits(results, "softmax"):
+      target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
+      if fit.get("resolved"):
+        lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {fit['alpha']:.3f} +- "
+                     f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {fit['L0']:.4g} +- "
+                     f"{fit['L0_se']:.2g} | {target} |")
+      else:
+        lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {fit.get('verdict')} | - "
+                     f"| - | {target} |")
+  if len(lines) == 4:
+    lines.append("| - | - | not run | - | - | - |")
+  return lines
+
+
+def table5_section(results: dict | None) -> list[str]:
+  low, high = paper.TABLE5_ALPHA_RANGE
+  lines = ["## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)", "",
+           f"Paper: alpha {low}-{high} for all seven spectra.", "",
+           "| (a, b) | L0 used | alpha | R^2 | depths used | C_L by depth |",
+           "|---|---|---|---|---|---|"]
+  for fit in _fits(results, "softmax"):
+    gap = fit.get("gap_fit")
+    shared = ", ".join(f"{L}: {C:.4g}" for L, C in zip(fit["depths"], fit["shared_error"])
+                       if np.isfinite(C))
+    if gap and np.isfinite(gap["alpha"]):
+      lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {gap['L0']:.4g} | {gap['alpha']:.3f} +- "
+                   f"{gap['alpha_se']:.2g} | {gap.get('r2', float('nan')):.3f} | {gap['depths']} "
+                   f"| {shared} |")
+    else:
+      lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | - | no gap fit (no resolved L0, or "
+                   f"L0 - C_L <= 0 at all but one depth) | - | - | {shared} |")
+  return lines
+
+
+def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], list]:
+  lines = ["## Easy task (top-1 copy): one softmax layer solves it", ""]
+  if results is None:
+    return lines + ["Not run (runs/reproduce/easy has no results.json)."], []
+  lines += ["| model | depth | R_L (mean over seeds) | E[y*^2] | final top-1 attention mass |",
+            "|---|---|---|---|---|"]
+  last_mass = {}
+  for record in metrics:
+    if "selected_mass" in record:
+      last_mass[record["model"]] = np.mean(record["selected_mass"], axis=0)
+  checks = []
+  for fit in results["fits"]:
+    runs = report.runs_of(results, fit)
+    second = np.mean([r["target_second_moment"] for r in runs])
+    mass = last_mass.get(fit["model"])
+    for i, (L, R) in enumerate(zip(fit["depths"], fit["losses"])):
+      lines.append(f"| {fit['model']} | {L} | {R:.4g} | {second:.4g} | "
+                   f"{mass[i]:.3f} |" if mass is not None else
+                   f"| {fit['model']} | {L} | {R:.4g} | {second:.4g} | - |")
+    if fit["model"] == "softmax" and fit["depths"] and fit["depths"][0] == 1:
+      R1 = fit["losses"][0]
+      checks.append((R1 < 0.01 * second, f"Easy task: one softmax layer reaches R_1 = {R1:.3g} "
+                     f"({100 * R1 / second:.2f}% of E[y*^2] = {second:.3g}; needs < 1%)."))
+  return lines, checks
+
+
+def selection_section(results: dict | None) -> list[str]:
+  lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
+  records = [r for r in (results or {}).get("runs", [])
+             if r["model"] == "softmax" and (r["a"], r["b"]) == (0.0, 0.0)
+             and "selection_error_percentiles" in r and analysis.is_clean(r)]
+  if not records:
+    return lines + ["Not available (no softmax (0, 0) grid with diagnostics in table1)."]
+  depths = sorted({r["depth"] for r in records})
+  shallow, deep = depths[0], depths[-1]
+  per = {L: np.mean([[r["selection_error_percentiles"][q] for q in sorted(
+      r["selection_error_percentiles"], key=float)] for r in records if r["depth"] == L], axis=0)
+         for L in (shallow, deep)}
+  keys = sorted(records[0]["selection_error_percentiles"], key=float)
+  lines += [f"Percentiles over {records[0]['diagnostic_contexts']} evaluation contexts, means "
+            "over seeds.", "", f"| percentile | L={shallow} | L={deep} | L={deep} - L={shallow} |",
+            "|---|---|---|---|"]
+  for i, q in enumerate(keys):
+    lines.append(f"| {q} | {per[shallow][i]:.4f} | {per[deep][i]:.4f} | "
+                 f"{per[deep][i] - per[shallow][i]:+.4f} |")
+  return lines + ["", "![selection error](figures/selection_error.png)"]
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def _colours(spectra) -> dict:
+  return {ab: f"C{i}" for i, ab in enumerate(sorted(set(spectra)))}
+
+
+def plot_overview(all_results: dict[str, dict], path: str) -> None:
+  """Figure 1: log-log R_L against depth, a colour per spectrum, softmax solid and linear
+  dashed; difficult task left, easy task right."""
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+  panels = ((axes[0], "topk", "difficult task (top-k)"), (axes[1], "top1", "easy task (top-1)"))
+  fits = [f for results in all_results.values() for f in results["fits"]
+          if not f["model"].endswith("ensemble")]
+  colours = _colours((f["a"], f["b"]) for f in fits)
+  for ax, task, title in panels:
+    for fit in (f for f in fits if f["task"] == task):
+      style = "o-" if fit["model"] == "softmax" else "s--"
+      ax.plot(fit["depths"], fit["losses"], style, color=colours[(fit["a"], fit["b"])], ms=4,
+              label=f"{fit['model']} k={fit['k']} ({fit['a']:g},{fit['b']:g})")
+    ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L", title=title)
+    ax.legend(fontsize=5, ncol=2)
+  report.save_figure(fig, path)
+
+
+def plot_table1(results: dict, path: str) -> None:
+  """Per Table 1 spectrum: softmax depth curve with fit and both bounds; linear with theory."""
+  soft = _fits(results, "softmax")
+  fig, axes = plt.subplots(2, max(len(soft), 1), figsize=(2.6 * max(len(soft), 1), 5.2),
+                           squeeze=False)
+  for model, row in (("softmax", 0), ("linear", 1)):
+    for ax, fit in zip(axes[row], _fits(results, model)):
+      ax.plot(fit["depths"], fit["losses"], "o", ms=4)
+      if fit.get("resolved"):
+        dense = np.geomspace(min(fit["depths"]), max(fit["depths"]), 50)
+        ax.plot(dense, fit["L0"] + fit["c"] * dense ** -fit["alpha"], "-", lw=1)
+      bound = fit.get("bound") or {}
+      for value, style in ((bound.get("single"), "--"), (bound.get("mixture"), ":"),
+                           (bound.get("floor"), "--")):
+        if value is not None:
+          ax.axhline(value, color="k", ls=style, lw=0.8)
+      ax.set_xscale("log")
+      ax.set_title(f"{model} ({fit['a']:g},{fit['b']:g})", fontsize=7)
+      ax.tick_params(labelsize=6)
+  report.save_figure(fig, path)
+
+
+def plot_table1_decomposition(results: dict, path: str) -> None:
+  """C_L and A_L - C_L against depth, softmax, a colour per spectrum."""
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  fits = _fits(results, "softmax")
+  colours = _colours((f["a"], f["b"]) for f in fits)
+  for fit in fits:
+    colour = colours[(fit["a"], fit["b"])]
+    axes[0].plot(fit["depths"], fit["shared_error"], "o-", color=colour, ms=3,
+                 label=f"({fit['a']:g},{fit['b']:g})")
+    axes[1].plot(fit["depths"], fit["disagreement"], "o-", color=colour, ms=3)
+  axes[0].set(xscale="log", yscale="log", xlabel="depth L", title="shared error C_L")
+  axes[1].set(xscale="log", yscale="log", xlabel="depth L", title="disagreement A_L - C_L")
+  axes[0].legend(fontsize=7)
+  report.save_figure(fig, path)
+
+
+def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
+  """Normalised mode-wise loss (loss along eigen-direction j over that of predicting 0)
+  against depth, a line per mode, one panel per (title, run records of one grid)."""
+  fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4),
+                           squeeze=False)
+  for ax, (title, runs) in zip(axes[0], panels):
+    runs = [r for r in analysis.clean_runs(runs) if "modewise_loss" in r]
+    if not runs:
+      continue
+    depths = sorted({r["depth"] for r in runs})
+    normalised_LD = np.array([np.mean([np.asarray(r["modewise_loss"])
+                                       / np.asarray(r["modewise_zero_loss"])
+                                       for r in runs if r["depth"] == L], axis=0)
+                              for L in depths])
+    num_modes = normalised_LD.shape[1]
+    modes = sorted({0, 1, 3, 7, 15, 31, 63, num_modes - 1} & set(range(num_modes)))
+    colours = plt.cm.viridis(np.linspace(0, 1, len(modes)))
+    for colour, j in zip(colours, modes):
+      ax.plot(depths, normalised_LD[:, j], "o-", ms=3, color=colour, label=f"mode {j + 1}")
+    ax.set(xscale="log", xlabel="depth L", ylabel="mode loss / zero-predictor mode loss",
+           title=title)
+    ax.title.set_fontsize(8)
+    ax.legend(fontsize=6)
+  report.save_figure(fig, path)
+
+
+def plot_attention_mass(metrics: list[dict], path: str) -> None:
+  """Attention mass on the target's tokens (top-1 mass on the easy task) during training,
+  a line per depth (mean over seeds)."""
+  fig, ax = plt.subplots(figsize=(5.5, 4))
+  records = [m for m in metrics if "selected_mass" in m]
+  if records:
+    steps = [m["step"] for m in records]
+    mass_KM = np.array([np.mean(m["selected_mass"], axis=0) for m in records])
+    for i in range(mass_KM.shape[1]):
+      ax.plot(steps, mass_KM[:, i], label=f"model {i}")
+  ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
+  ax.legend(fontsize=7)
+  report.save_figure(fig, path)
+
+
+def plot_selection(results: dict, path: str) -> None:
+  """Selection-error percentiles, L = 1 against the deepest model (softmax (0, 0))."""
+  records = [r for r in results["runs"] if r["model"] == "softmax"
+             and (r["a"], r["b"]) == (0.0, 0.0) and "selection_error_percentiles" in r
+             and analysis.is_clean(r)]
+  fig, ax = plt.subplots(figsize=(5.5, 4))
+  depths = sorted({r["depth"] for r in records})
+  for L in depths:
+    at = [r for r in records if r["depth"] == L]
+    keys = sorted(at[0]["selection_error_percentiles"], key=float)
+    values = np.mean([[r["selection_error_percentiles"][q] for q in keys] for r in at], axis=0)
+    ax.plot([float(q) for q in keys], values, "o-", ms=3, label=f"L={L}")
+  ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
+  ax.legend(fontsize=7)
+  report.save_figure(fig, path)
+
+
+def plot_training_curves(name: str, metrics: list[dict], results: dict, path: str) -> None:
+  """Validation loss against step, a line per depth (mean over seeds), a panel per grid."""
+  grids = sorted({(m["model"], m["a"], m["b"]) for m in metrics})
+  columns = min(len(grids), 7) or 1
+  rows = -(-len(grids) // columns) or 1
+  fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
+  for ax, (model, a, b) in zip(axes.flat, grids):
+    lines = [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)]
+    depths = next((f["depths"] for f in results["fits"]
+                   if (f["model"], f["a"], f["b"]) == (model, a, b)), [])
+    val_KM = np.array([np.mean(m["val_loss"], axis=0) for m in lines])
+    for i in range(val_KM.shape[1]):
+      ax.plot([m["step"] for m in lines], val_KM[:, i], lw=1,
+              label=f"L={depths[i]}" if i < len(depths) else None)
+    ax.set_yscale("log")
+    ax.set_title(f"{name}: {model} ({a:g},{b:g})", fontsize=7)
+    ax.tick_params(labelsize=6)
+  axes.flat[0].legend(fontsize=5)
+  report.save_figure(fig, path)
+
+
+def write_combined_report(root: str) -> str:
+  """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
+  all_results = load_results(root)
+  metrics = {name: read_metrics(os.path.join(root, name)) for name in all_results}
+  figures = os.path.join(root, "figures")
+  os.makedirs(figures, exist_ok=True)
+  table1 = all_results.get("table1")
+  sections, checks = [], []
+  for lines, found in (
+      table1_section(table1), table2_section(all_results.get("table2")),
+      table3_section(_fits(table1, "linear") + _fits(all_results.get("table3"), "linear")),
+      easy_section(all_results.get("easy"), metrics.get("easy", []))):
+    sections += [""] + lines
+    checks += found
+  sections += ([""] + table4_section([all_results.get("table4"), all_results.get("table4_top16")])
+               + [""] + table5_section(table1) + [""] + selection_section(table1))
+  if all_results:
+    plot_overview(all_results, os.path.join(figures, "overview.png"))
+  figure_lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]
+  if table1:
+    plot_table1(table1, os.path.join(figures, "table1_depth.png"))
+    plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
+    plot_selection(table1, os.path.join(figures, "selection_error.png"))
+    figure_lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear "
+                     "theory floor; dotted: best mixture):", "",
+                     "![table 1](figures/table1_depth.png)", "",
+                     "![C_L and A_L - C_L](figures/table1_decomposition.png)"]
+  modewise_panels = []
+  if table1:
+    modewise_panels.append(("softmax, top-2, (1, 0)", [r for r in table1["runs"]
+                                                       if r["model"] == "softmax"
+                                                       and (r["a"], r["b"]) == (1.0, 0.0)]))
+  if "table2" in all_results:
+    modewise_panels.append(("linear, top-1, (1, 2)", [r for r in all_results["table2"]["runs"]
+                                                      if (r["a"], r["b"]) == (1.0, 2.0)]))
+  if modewise_panels:
+    plot_modewise(modewise_panels, os.path.join(figures, "modewise.png"))
+    figure_lines += ["", "Normalised mode-wise loss (sequential for linear, collapsed for "
+                     "softmax in the paper):", "", "![mode-wise loss](figures/modewise.png)"]
+  if metrics.get("easy"):
+    plot_attention_mass([m for m in metrics["easy"] if m["model"] == "softmax"],
+                        os.path.join(figures, "easy_attention_mass.png"))
+    figure_lines += ["", "![top-1 attention mass](figures/easy_attention_mass.png)"]
+  for name, results in all_results.items():
+    plot_training_curves(name, metrics[name], results,
+                         os.path.join(figures, f"training_{name}.png"))
+    figure_lines += ["", f"Training curves, {name} (validation loss per depth):", "",
+                     f"![training {name}](figures/training_{name}.png)"]
+  passed = sum(ok for ok, _ in checks)
+  header = ["# Reproducing the paper: Tables 1-5", "",
+            "Every number below comes from the runs under this directory (one experiment "
+            "workdir each, with its own report.md); the paper's values are references, never "
+            "inputs. Runs: " + ", ".join(
+                f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
+                if name in all_results else f"{name} (not run)" for name, _ in RUNS) + ".", "",
+            f"## Checks ({passed} of {len(checks)} pass)", ""]
+  header += [f"- {'PASS' if ok else 'MISS'}: {text}" for ok, text in checks]
+  path = os.path.join(root, "report.md")
+  write_text_atomic(path, "\n".join(header + sections + figure_lines) + "\n")
+  return path

@@ -1,0 +1,99 @@
+"""Every table config validates at both tiers and runs end to end at a shrunken size, and
+the combined reproduction report is written from the runs' results alone."""
+
+import importlib
+import os
+
+import pytest
+
+from experiments.configs import tables
+from inverse_depth import config as config_lib, experiment, reproduction
+from inverse_depth.config import ConfigError
+
+CONFIGS = ("table1", "table2", "table3", "table4", "table4_top16", "table5", "easy",
+           "selection")
+SHRUNK = dict(depths=(1, 2), num_seeds=1, max_steps=10, eval_every=5, checkpoint_every=5,
+              warmup_steps=2, val_size=32, eval_size=64, eval_chunk_size=32,
+              diagnostic_size=32, bound_samples=300,
+              outlier_factor=1e6)  # toy models are far from the bounds: keep them in the tables
+
+
+def _config(name: str, tier: str = "cpu"):
+  return importlib.import_module(f"experiments.configs.{name}").get_config(tier)
+
+
+def shrunk(config):
+  """The config at toy sizes (d = 4 softmax / 8 linear, P = 32), every spectrum kept."""
+  config.update(SHRUNK)
+  config.sizes.softmax.update(d=4, P=32, N=8)
+  config.sizes.linear.update(d=8, P=32, N=8)
+  config.model_overrides.linear.update(SHRUNK, batch_size=16)
+  return config
+
+
+@pytest.mark.parametrize("tier", tables.TIERS)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_table_configs_validate(name, tier):
+  config = _config(name, tier)
+  config_lib.validate(config)
+  specs = config_lib.grid_specs(config)
+  assert specs and all(spec.problem.spectra for spec in specs)
+
+
+def test_unknown_tier_is_refused_naming_the_allowed_ones():
+  with pytest.raises(ConfigError, match="cpu, paper"):
+    _config("table1", "laptop")
+
+
+def test_model_override_of_a_table_field_is_refused():
+  config = _config("table1")
+  config.model_overrides.linear.k = 16
+  with pytest.raises(ConfigError, match="model_overrides.linear.k"):
+    config_lib.validate(config)
+  config = _config("table1")
+  config.model_overrides.linear.learning_rate = -1.0
+  with pytest.raises(ConfigError, match="model_overrides.linear.learning_rate"):
+    config_lib.validate(config)
+
+
+@pytest.fixture(scope="module")
+def reproduction_root(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("reproduce"))
+  for name, _ in reproduction.RUNS:
+    experiment.run(shrunk(_config(name)), os.path.join(root, name))
+  return root
+
+
+def test_every_run_records_every_spectrum(reproduction_root):
+  results = reproduction.load_results(reproduction_root)
+  assert set(results) == {name for name, _ in reproduction.RUNS}
+  for name, found in results.items():
+    config = _config(name)
+    for model in config_lib.model_names(config):
+      fitted = {(f["a"], f["b"]) for f in found["fits"] if f["model"] == model}
+      assert fitted == set(config_lib.spectra(config)), (name, model)
+  linear = [r for r in results["table1"]["runs"] if r["model"] == "linear"]
+  assert {r["depth"] for r in linear} == {1, 2} and all("modewise_loss" in r for r in linear)
+  softmax = [r for r in results["table1"]["runs"] if r["model"] == "softmax"]
+  assert all("selection_error_percentiles" in r for r in softmax)
+
+
+def test_combined_report(reproduction_root):
+  path = reproduction.write_combined_report(reproduction_root)
+  with open(path) as f:
+    text = f.read()
+  for heading in ("## Table 1", "## Table 2", "## Table 3", "## Table 4", "## Table 5",
+                  "## Easy task", "## Selection error", "## Checks"):
+    assert heading in text, heading
+  for a, b in tables.TABLE1_SPECTRA:
+    assert f"| ({a:g}, {b:g}) |" in text
+  assert "not run" not in text.lower().split("## figures")[0].replace("(not run)", "")
+  for figure in ("overview", "table1_depth", "table1_decomposition", "selection_error",
+                 "modewise", "easy_attention_mass", "training_table1"):
+    assert os.path.isfile(os.path.join(reproduction_root, "figures", figure + ".png")), figure
+
+
+@pytest.mark.parametrize("name", ["table5", "selection"])
+def test_derived_configs_run_end_to_end(name, tmp_path):
+  results = experiment.run(shrunk(_config(name)), str(tmp_path))
+  assert {f["model"] for f in results["fits"]} == {"softmax"}
