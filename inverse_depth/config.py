@@ -86,8 +86,9 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "depths": (_depths_ok, "a non-empty list of distinct integers >= 1"),
     "num_seeds": _int_at_least(1),
     "sizes": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
-              and set(v.keys()) == set(MODELS),
-              f"one entry per model kind ({', '.join(MODELS)}), each with d, P, N"),
+              and set(v.keys()) <= set(MODELS),
+              f"entries for model kinds ({', '.join(MODELS)}), each with d, P, N, one for "
+              "every kind in config.model"),
     "batch_size": _int_at_least(1),
     "optimizer": (lambda v: v in OPTIMIZERS, f"one of {OPTIMIZERS}"),
     "momentum": _real_in(0.0, 1.0, open_low=False, open_high=True),
@@ -110,6 +111,8 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "qk_init_scale": _POSITIVE,
     "qk_init_noise": _real_in(0.0, math.inf, open_low=False, open_high=True),
     "positive_gain": (lambda v: isinstance(v, bool), "True or False"),
+    "loop_group": (lambda v: _is_int(v) and v >= 0,
+                   "an integer >= 0 (looped: layers per group sharing W_q, W_k; 0: one group)"),
     "bound_samples": _int_at_least(0),
     "outlier_factor": _real_in(1.0, math.inf, open_low=True, open_high=True),
     "ensemble_control": (lambda v: isinstance(v, bool), "True or False"),
@@ -176,7 +179,12 @@ def _validate_fields(config: ml_collections.ConfigDict) -> None:
   for field, (ok, allowed) in FIELDS.items():
     if not ok(config[field]):
       _fail(field, config[field], allowed)
-  for model in MODELS:
+  for model in model_names(config):
+    if model not in config.sizes:
+      _fail("sizes", config.sizes.to_dict() if hasattr(config.sizes, "to_dict")
+            else config.sizes, f"an entry (d, P, N) for every kind in config.model, here "
+            f"{model!r}")
+  for model in config.sizes.keys():
     sizes = config.sizes[model]
     unknown_sizes = sorted(set(sizes.keys()) - set(SIZE_FIELDS))
     missing_sizes = [f for f in SIZE_FIELDS if f not in sizes]
@@ -263,6 +271,7 @@ class GridSpec:
   N: int  # hidden width
   train: TrainSettings
   init: InitScales
+  loop_group: int  # looped only: layers per group sharing W_q, W_k (0: one group per model)
   val_size: int
   eval_size: int
   eval_chunk_size: int
@@ -311,7 +320,8 @@ def grid_specs(config: ml_collections.ConfigDict) -> list[GridSpec]:
           model=model, ensemble=ensemble, problem=problem(resolved, model),
           depths=tuple(int(L) for L in resolved.depths), seeds=tuple(range(resolved.num_seeds)),
           N=width(resolved, model), train=train_settings(resolved),
-          init=init_scales(resolved), val_size=resolved.val_size,
+          init=init_scales(resolved), loop_group=resolved.loop_group,
+          val_size=resolved.val_size,
           eval_size=resolved.eval_size, eval_chunk_size=resolved.eval_chunk_size,
           diagnostic_size=resolved.diagnostic_size, bound_samples=resolved.bound_samples,
           outlier_factor=resolved.outlier_factor, checkpoint_every=resolved.checkpoint_every,

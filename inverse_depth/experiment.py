@@ -26,7 +26,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from inverse_depth import analysis, config as config_lib, diagnostics, report, tasks, theory
+from inverse_depth import (analysis, config as config_lib, diagnostics, models, report, tasks,
+                           theory)
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.config import GridSpec
 from inverse_depth.files import write_json_atomic
@@ -99,8 +100,9 @@ def theory_bound(spec: GridSpec, a: float, b: float) -> dict | None:
   """The bound the (a, b) models of a grid are judged against, or None with
   bound_samples = 0.
 
-  softmax: `theory.softmax_bound` (best single cosine-attention layer and best mixture);
-  linear: `theory.linear_floor` of the deepest covariance polynomial of the grid.
+  linear: `theory.linear_floor` of the deepest covariance polynomial of the grid; every
+  softmax-attention kind: `theory.softmax_bound` (best single cosine-attention layer and
+  best mixture).
   """
   if not spec.bound_samples:
     return None
@@ -109,7 +111,7 @@ def theory_bound(spec: GridSpec, a: float, b: float) -> dict | None:
   monte_carlo = dict(d=problem.d, P=problem.P, a=a, b=b, k=problem.k, task=problem.task,
                      num_samples=spec.bound_samples,
                      chunk_size=max(1, min(10_000, BOUND_CHUNK_FLOATS // (problem.P * problem.d))))
-  if spec.model == "softmax":
+  if spec.model != "linear":
     bound = theory.softmax_bound(key, **monte_carlo)
     return dict(kind="softmax_bound", reference=bound["single"],
                 reference_se=bound["single_se"], **_jsonable(bound))
@@ -161,8 +163,8 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
   Returns per-layer predictions [seeds, T, E], targets [E], context mean labels [E], and
   the diagnostics (diagnostics.py) of each view (`views`: the packed layers whose mean is a
   reported model) on the first whole chunks covering `diagnostic_size` contexts: mode-wise
-  losses [seeds, V, D] and their zero-predictor values [D] (means over those contexts),
-  selection errors [seeds, V, n] for attention models, and n.
+  losses [seeds, V, D] and their zero-predictor values [D] (means over those contexts; models
+  linear in the labels), selection errors [seeds, V, n] (attention models), and n.
   """
   a, b = trainer.problem.spectra[spectrum]
   keys = jax.random.split(key, size)
@@ -182,13 +184,13 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
   counts = np.array([min(chunk_size, size - start) for start in range(0, size, chunk_size)
                      ][:len(diagnosed)], np.float64)
   found = dict(contexts=int(counts.sum()))
-  if diagnosed:
+  if diagnosed and "modewise_loss" in diagnosed[0]:
     found["modewise_loss"] = sum(c * d["modewise_loss"] for c, d in zip(counts, diagnosed)
                                  ) / counts.sum()
     found["modewise_zero_loss"] = sum(c * d["modewise_zero_loss"]
                                       for c, d in zip(counts, diagnosed)) / counts.sum()
-    if "selection_error" in diagnosed[0]:
-      found["selection_error"] = np.concatenate([d["selection_error"] for d in diagnosed], -1)
+  if diagnosed and "selection_error" in diagnosed[0]:
+    found["selection_error"] = np.concatenate([d["selection_error"] for d in diagnosed], -1)
   return (np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels),
           found)
 
@@ -206,7 +208,7 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   keys = _root_keys(spec.root_seed)
   trainer = GridTrainer(spec.model, spec.problem, spec.trained_depths, spec.seeds, spec.train,
                         N=spec.N, init_scales=spec.init, init_key=keys["init"],
-                        data_key=keys["data"])
+                        data_key=keys["data"], loop_group=spec.loop_group)
   sample = jax.jit(spec.problem.sample, static_argnums=1)
   val_sets = tuple(sample(keys["val"], spec.val_size, a, b) for a, b in spec.problem.spectra)
   state, train_time_s = _train_resumably(spec, trainer, val_sets, workdir, stop)
@@ -311,7 +313,11 @@ def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Arra
           uniform_attention_loss=plateau_loss,
           on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
           target_second_moment=float(np.mean(target_E ** 2)),
+          parameters=models.parameter_count(spec.model, depth, d=spec.problem.d, N=spec.N,
+                                            loop_group=spec.loop_group),
           diagnostic_contexts=found["contexts"])
+      if "m" in state.params["model"]:  # context_updates: the learned context attention weight
+        record["m"] = float(state.params["model"]["m"][r, members].mean())
       if "modewise_loss" in found:
         record.update(modewise_loss=found["modewise_loss"][s, i].tolist(),
                       modewise_zero_loss=found["modewise_zero_loss"].tolist())

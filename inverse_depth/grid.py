@@ -27,8 +27,14 @@ Params = dict[str, dict[str, jax.Array]]  # {"model": {...leading M}, "layer": {
 
 @dataclasses.dataclass(frozen=True)
 class GridLayout:
-  """Static layout of one seed's models: depths and their packed layer slices."""
+  """Static layout of one seed's models: depths and their packed layer slices.
+
+  `loop_group` is read by weight-tied (looped) models only: layer l (0-based) of a model
+  uses the query/key weights of its layer r floor(l / r), r = loop_group (0: r = depth, one
+  group per model); a last group shorter than r is allowed.
+  """
   depths: tuple[int, ...]
+  loop_group: int = 0
 
   @property
   def num_models(self) -> int:
@@ -49,6 +55,14 @@ class GridLayout:
   def layer_model_index(self) -> np.ndarray:
     """For each packed layer t, the index m of the model that owns it (shape T)."""
     return np.repeat(np.arange(self.num_models), self.depths)
+
+  @property
+  def tied_layer_index(self) -> np.ndarray:
+    """For each packed layer t, the packed layer whose query/key weights it uses when tied in
+    groups of `loop_group` (shape T)."""
+    return np.concatenate([
+        offset + (np.arange(depth) // (self.loop_group or depth)) * (self.loop_group or depth)
+        for offset, depth in zip(self.offsets, self.depths)]).astype(int)
 
   def model_mean(self, layer_values_T: jax.Array) -> jax.Array:
     """Per-model mean over its own layers: (T, ...) -> (M, ...), one segment sum."""
@@ -89,9 +103,16 @@ QK_INITS = ("random", "identity")
 W_X_INITS = ("gaussian", "orthogonal")
 
 
-def init_model(key: jax.Array, depth: int, *, d: int, N: int,
-               scales: InitScales) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
-  """Parameters of one controlled model: (per-model leaves, per-layer leaves [depth, ...])."""
+def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales,
+               model: str = "softmax") -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+  """Parameters of one model of kind `model`: (per-model leaves, per-layer leaves [depth, ...]).
+
+  Every kind draws the controlled model's leaves. "per_layer_values" draws W_v^l ~ N(0, 1/N)
+  per layer instead of one W_v (a per-layer leaf), and `positive_gain` flips the sign of each
+  W_v^l whose gain g_l = W_o W_v^l W_y starts negative (W_o is left as drawn);
+  "context_updates" adds the context-attention weight m = 0 (a per-model scalar), so that
+  it starts as the controlled model.
+  """
   k_x, k_y, k_v, k_o, k_q, k_k = jax.random.split(key, 6)
   W_x = jax.random.normal(k_x, (N, d)) / np.sqrt(d)
   if scales.W_x_init == "orthogonal":
@@ -100,10 +121,7 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int,
   elif scales.W_x_init != "gaussian":
     raise ValueError(f"W_x_init={scales.W_x_init!r}; allowed {W_X_INITS}")
   W_y = jax.random.normal(k_y, (N,))
-  W_v = jax.random.normal(k_v, (N, N)) / np.sqrt(N)
   W_o = jax.random.normal(k_o, (N,)) / np.sqrt(N)
-  if scales.positive_gain:
-    W_o = W_o * jnp.sign(W_o @ W_v @ W_y)
   if scales.qk_init == "identity":
     identity = scales.qk_scale * jnp.eye(N)
     W_q = identity + scales.qk_noise * jax.random.normal(k_q, (depth, N, N))
@@ -114,7 +132,21 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int,
     W_k = jax.random.normal(k_k, (depth, N, N)) * qk_std
   else:
     raise ValueError(f"qk_init={scales.qk_init!r}; allowed {QK_INITS}")
-  return dict(W_x=W_x, W_y=W_y, W_v=W_v, W_o=W_o), dict(W_q=W_q, W_k=W_k)
+  model_leaves, layer_leaves = dict(W_x=W_x, W_y=W_y), dict(W_q=W_q, W_k=W_k)
+  if model == "per_layer_values":
+    W_v_LNN = jax.random.normal(k_v, (depth, N, N)) / np.sqrt(N)
+    if scales.positive_gain:
+      W_v_LNN = W_v_LNN * jnp.sign(jnp.einsum("i,lij,j->l", W_o, W_v_LNN, W_y))[:, None, None]
+    layer_leaves["W_v"] = W_v_LNN
+  else:
+    W_v = jax.random.normal(k_v, (N, N)) / np.sqrt(N)
+    if scales.positive_gain:
+      W_o = W_o * jnp.sign(W_o @ W_v @ W_y)
+    model_leaves["W_v"] = W_v
+  model_leaves["W_o"] = W_o
+  if model == "context_updates":
+    model_leaves["m"] = jnp.zeros(())
+  return model_leaves, layer_leaves
 
 
 def model_key(root_key: jax.Array, seed: int, depth: int, member: int = 0) -> jax.Array:
@@ -126,13 +158,14 @@ def model_key(root_key: jax.Array, seed: int, depth: int, member: int = 0) -> ja
 
 
 def init_grid(root_key: jax.Array, layout: GridLayout, seeds: tuple[int, ...], *, d: int,
-              N: int, scales: InitScales) -> Params:
-  """Parameters of all (seed, depth) models: model leaves [S, M, ...], layer leaves [S, T, ...]."""
+              N: int, scales: InitScales, model: str = "softmax") -> Params:
+  """Parameters of all (seed, depth) models of kind `model`: model leaves [S, M, ...], layer
+  leaves [S, T, ...]."""
   members = [layout.depths[:m].count(depth) for m, depth in enumerate(layout.depths)]
   per_seed = []
   for seed in seeds:
     models = [init_model(model_key(root_key, seed, depth, member), depth, d=d, N=N,
-                         scales=scales)
+                         scales=scales, model=model)
               for depth, member in zip(layout.depths, members)]
     per_seed.append({
         "model": jax.tree.map(lambda *xs: jnp.stack(xs), *[m for m, _ in models]),

@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from inverse_depth import diagnostics, tasks
 from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
-from inverse_depth.models import LAYER_PREDICTIONS, TEST_ATTENTION
+from inverse_depth.models import LAYER_PREDICTIONS, LINEAR_IN_LABELS, TEST_ATTENTION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,19 +180,21 @@ class GridTrainer:
   initialisation and data stream depend on the seed only, so the models of one
   seed see the same rotations and Gaussian draws under every spectrum.
   `layout` covers the real models (indices 0 .. num_models - 1) and, when the
-  mesh needs it, one padding model at the end (see the module docstring).
+  mesh needs it, one padding model at the end (see the module docstring); it carries
+  `loop_group`, the query/key tying of looped models (other kinds ignore it).
   """
 
   def __init__(self, model: str, problem: Problem, depths: tuple[int, ...],
                seeds: tuple[int, ...], settings: TrainSettings, *, N: int,
                init_scales: InitScales, init_key: jax.Array, data_key: jax.Array,
-               mesh: Mesh | None = None):
+               mesh: Mesh | None = None, loop_group: int = 0):
     self.model = model
     self.problem = problem
     self.mesh = default_mesh() if mesh is None else mesh
     self.num_models = len(depths)
     padding = -sum(depths) % self.mesh.size
-    self.layout = GridLayout(tuple(depths) + ((padding,) if padding else ()))
+    self.layout = GridLayout(tuple(depths) + ((padding,) if padding else ()),
+                             loop_group=loop_group)
     self.seeds = tuple(seeds)
     self.replicate_spectrum = np.repeat(np.arange(len(problem.spectra)), len(self.seeds))
     self.replicate_seed = np.tile(np.asarray(self.seeds), len(problem.spectra))
@@ -230,7 +232,7 @@ class GridTrainer:
 
   def _unplaced_init_state(self) -> TrainState:
     params = init_grid(self.init_key, self.layout, tuple(int(s) for s in self.replicate_seed),
-                       d=self.problem.d, N=self.N, scales=self.init_scales)
+                       d=self.problem.d, N=self.N, scales=self.init_scales, model=self.model)
     shape = (len(self.replicate_seed), self.layout.num_models)
     is_padding_SM = jnp.broadcast_to(jnp.arange(shape[1]) >= self.num_models, shape)
     return TrainState(  # explicit dtypes: a weakly typed leaf would recompile the 2nd chunk
@@ -319,8 +321,9 @@ class GridTrainer:
   def _spectrum_diagnostics(self, params: Params, batch: tasks.Batch, rotations_BDD: jax.Array,
                             spectrum: jax.Array, view_weights_VT: jax.Array) -> dict:
     """diagnostics.py on one batch of a spectrum, per seed and view (a model's prediction is
-    sum_t view_weights_VT[v, t] f_t): mode-wise losses [seeds, V, D], the zero predictor's
-    [D], and for attention models the selection errors [seeds, V, B]."""
+    sum_t view_weights_VT[v, t] f_t): for models linear in the labels the mode-wise losses
+    [seeds, V, D] and the zero predictor's [D]; for attention models the selection errors
+    [seeds, V, B]."""
     seed_params = self.spectrum_params(params, spectrum)
     omega_D = tasks.power_spectrum(self.problem.d,
                                    jnp.asarray(self.problem.spectra, jnp.float32)[spectrum, 1])
@@ -330,8 +333,10 @@ class GridTrainer:
                                                    self.layout, view_weights_VT)
       return diagnostics.modewise_losses(weights_VBP, batch, rotations_BDD, omega_D)
 
-    losses_SVD, zero_loss_SD = jax.vmap(modewise)(seed_params)
-    out = dict(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0])
+    out = {}
+    if self.model in LINEAR_IN_LABELS:
+      losses_SVD, zero_loss_SD = jax.vmap(modewise)(seed_params)
+      out.update(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0])
     if self._attention is not None:
       selected_BK = tasks.selected_indices(batch, self.problem.k if self.problem.task == "topk"
                                            else 1)

@@ -9,26 +9,14 @@ import pytest
 from experiments.configs import tables
 from inverse_depth import config as config_lib, experiment, reproduction
 from inverse_depth.config import ConfigError
+from tests import tiny
 
 CONFIGS = ("table1", "table2", "table3", "table4", "table4_top16", "table5", "easy",
            "selection")
-SHRUNK = dict(depths=(1, 2), num_seeds=1, max_steps=10, eval_every=5, checkpoint_every=5,
-              warmup_steps=2, val_size=32, eval_size=64, eval_chunk_size=32,
-              diagnostic_size=32, bound_samples=300,
-              outlier_factor=1e6)  # toy models are far from the bounds: keep them in the tables
 
 
 def _config(name: str, tier: str = "cpu"):
   return importlib.import_module(f"experiments.configs.{name}").get_config(tier)
-
-
-def shrunk(config):
-  """The config at toy sizes (d = 4 softmax / 8 linear, P = 32), every spectrum kept."""
-  config.update(SHRUNK)
-  config.sizes.softmax.update(d=4, P=32, N=8)
-  config.sizes.linear.update(d=8, P=32, N=8)
-  config.model_overrides.linear.update(SHRUNK, batch_size=16)
-  return config
 
 
 @pytest.mark.parametrize("tier", tables.TIERS)
@@ -60,7 +48,7 @@ def test_model_override_of_a_table_field_is_refused():
 def reproduction_root(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("reproduce"))
   for name, _ in reproduction.RUNS:
-    experiment.run(shrunk(_config(name)), os.path.join(root, name))
+    experiment.run(tiny.shrunk(_config(name)), os.path.join(root, name))
   return root
 
 
@@ -95,5 +83,5 @@ def test_combined_report(reproduction_root):
 
 @pytest.mark.parametrize("name", ["table5", "selection"])
 def test_derived_configs_run_end_to_end(name, tmp_path):
-  results = experiment.run(shrunk(_config(name)), str(tmp_path))
+  results = experiment.run(tiny.shrunk(_config(name)), str(tmp_path))
   assert {f["model"] for f in results["fits"]} == {"softmax"}

@@ -25,3 +25,21 @@ def tiny_config():
   config.eval_size = 256
   config.eval_chunk_size = 256
   return config
+
+
+SHRUNK = dict(depths=(1, 2), num_seeds=1, max_steps=10, eval_every=5, checkpoint_every=5,
+              warmup_steps=2, val_size=32, eval_size=64, eval_chunk_size=32,
+              diagnostic_size=32, bound_samples=300,
+              outlier_factor=1e6)  # toy models are far from the bounds: keep them in the tables
+
+
+def shrunk(config):
+  """A shipped config at toy sizes (d = 4 attention / 8 linear, P = 32, 10 steps), every
+  model kind, spectrum and per-kind override kept."""
+  config.update(SHRUNK)
+  for model, sizes in config.sizes.items():
+    sizes.update(d=8 if model == "linear" else 4, P=32, N=8)
+  for overrides in config.model_overrides.values():
+    if overrides:
+      overrides.update(SHRUNK, batch_size=16)
+  return config

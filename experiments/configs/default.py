@@ -25,7 +25,9 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   if scale != "default":
     return importlib.import_module(f"experiments.configs.{scale}").get_config()
   config = ml_collections.ConfigDict()
-  # Model kinds to train, comma separated: softmax, linear. One grid per kind and spectrum.
+  # Model kinds to train, comma separated: softmax, linear (the controlled models), and the
+  # generalised softmax models single_stream, per_layer_values, context_updates, looped
+  # (SPEC section 2; inverse_depth/models/). One grid per kind.
   config.model = "softmax,linear"
   # Task: "topk" (mean label of the k most cosine-similar context inputs) or "top1" (copy).
   config.task = "topk"
@@ -37,12 +39,17 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.depths = (1, 2, 4, 8, 16)
   # Seeds per depth (replicates: each has its own initialisation and training stream).
   config.num_seeds = 2
-  # Sizes per model kind: input dim d, context length P (labelled examples per context),
-  # hidden width N >= d. The paper's own numbers imply softmax d = 16, P = 128 and linear
-  # d = 128, P = 1024 (SPEC section 5, BUILD_NOTES.md "Sizes").
+  # Sizes per model kind (one entry for every kind in config.model): input dim d, context
+  # length P (labelled examples per context), hidden width N >= d. The paper's own numbers
+  # imply softmax d = 16, P = 128 and linear d = 128, P = 1024 (SPEC section 5,
+  # BUILD_NOTES.md "Sizes"); the generalised softmax models take the softmax sizes.
   config.sizes = ml_collections.ConfigDict(dict(
       softmax=dict(d=16, P=128, N=32),
-      linear=dict(d=128, P=1024, N=128)))
+      linear=dict(d=128, P=1024, N=128),
+      single_stream=dict(d=16, P=128, N=32),
+      per_layer_values=dict(d=16, P=128, N=32),
+      context_updates=dict(d=16, P=128, N=32),
+      looped=dict(d=16, P=128, N=32)))
   # Contexts per training step (per seed).
   config.batch_size = 256
   # Optimiser: "adam" or "sgd" (heavy-ball momentum, below). Element-wise either way, so the
@@ -92,8 +99,12 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.qk_init_scale = 1.0
   # Noise added to the identity start (qk_init = "identity" only).
   config.qk_init_noise = 0.01
-  # Flip the sign of W_o where g = W_o W_v W_y starts negative (SPEC section 7).
+  # Flip the sign of W_o where g = W_o W_v W_y starts negative (SPEC section 7); for
+  # per_layer_values, the sign of each W_v^l where g_l = W_o W_v^l W_y starts negative.
   config.positive_gain = True
+  # Looped model only: W_q, W_k are shared by groups of this many consecutive layers (the
+  # last group of a model may be shorter); 0 ties all layers of a model into one group.
+  config.loop_group = 0
   # Monte Carlo contexts for the theory bound each grid is judged against (softmax:
   # theory.softmax_bound, linear: theory.linear_floor at the deepest depth); 0 skips it.
   config.bound_samples = 100_000
@@ -110,7 +121,9 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Per model kind, fields whose value differs for that kind's grids (any field except
   # model, task, k, spectra, sizes, seed), e.g. the linear model's own learning
   # rate or depths. Empty: every kind runs under the fields above.
-  config.model_overrides = ml_collections.ConfigDict(dict(softmax={}, linear={}))
+  config.model_overrides = ml_collections.ConfigDict(
+      {model: {} for model in ("softmax", "linear", "single_stream", "per_layer_values",
+                               "context_updates", "looped")})
   # Root PRNG seed: initialisation, training batches, validation and evaluation sets.
   config.seed = 0
   # Steps between checkpoints of a grid's training state (a multiple of eval_every); a

@@ -1,0 +1,32 @@
+"""Controlled softmax model with a value matrix per layer (SPEC section 2, C.2), packed layout.
+
+As the controlled model (softmax.py) but layer l updates the label stream with its own
+W_v^l: H_y^l = H_y^{l-1} + (1/L) W_v^l H_y^{l-1} A^l^T. Context label states still never
+change (mask M(0)), so the model stays parallel:
+
+    y_hat_L = (1/L) sum_l f_l,   f_l = g_l p_l . y,   g_l = W_o W_v^l W_y,
+
+with p_l the query row of layer l, exactly as in the controlled model. W_v is a per-layer
+leaf [T, N, N]; with every W_v^l equal to one W_v this is the controlled model.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from inverse_depth.grid import GridLayout
+from inverse_depth.models import softmax
+from inverse_depth.tasks import Batch
+
+
+def value_gains(params, layout: GridLayout) -> jax.Array:
+  """g_l = W_o W_v^l W_y for every packed layer: [T]."""
+  model = params["model"]
+  return jnp.einsum("ti,tij,tj->t", layout.expand_to_layers(model["W_o"]),
+                    params["layer"]["W_v"], layout.expand_to_layers(model["W_y"]))
+
+
+def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
+  """f_l = g_l p_l . y for every packed layer: [T, B]."""
+  attention_TBP = softmax.test_attention(params, batch, layout)
+  return value_gains(params, layout)[:, None] * jnp.einsum("tbp,bp->tb", attention_TBP,
+                                                           batch.y_context_BP)

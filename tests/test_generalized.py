@@ -1,0 +1,406 @@
+"""The generalised softmax models (SPEC section 2: C.1 single_stream, C.2 per_layer_values,
+C.3 context_updates, and looped) against naive token-space references and against the
+controlled model they reduce to.
+
+Model checks run in float64 (scoped with `jax.enable_x64`) and compare to ~1e-9 relative;
+the gradient and training checks run in float32, as training does.
+"""
+
+import functools
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments.configs import smoke
+from inverse_depth import analysis, experiment, tasks
+from inverse_depth import config as config_lib
+from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
+from inverse_depth.models import LAYER_PREDICTIONS, TEST_ATTENTION, parameter_count
+from inverse_depth.train import GridTrainer, Problem, TrainSettings, grid_losses
+from tests import reference, tiny
+
+GENERALIZED = ("single_stream", "per_layer_values", "context_updates", "looped")
+DEPTHS = (1, 3, 2)
+D, P, N, B = 4, 10, 8, 5
+RTOL = 1e-9
+
+
+@pytest.fixture
+def x64():
+  with jax.enable_x64(True):
+    yield
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _sample(key, task):
+  return tasks.sample_batch(key, B, d=D, P=P, a=0.5, b=0.25, task=task, k=2)
+
+
+def _batch(task="topk") -> tasks.Batch:
+  """A float64 batch whose labels are U^T beta in float64."""
+  batch = _sample(jax.random.key(2), task)
+  return batch._replace(y_context_BP=jnp.einsum("bpd,bd->bp", batch.x_context_BPD,
+                                                batch.beta_BD))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _predict(model, params, batch, layout):
+  """f_l of every packed layer of kind `model`, jitted: [T, B]."""
+  return LAYER_PREDICTIONS[model](params, batch, layout)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _attention(model, params, batch, layout):
+  """Query rows p_l of every packed layer of kind `model`, jitted: [T, B, P]."""
+  return TEST_ATTENTION[model](params, batch, layout)
+
+
+def _params(model, layout, seed=0, **scales):
+  """One seed's params of `model` (random query/key start, logits well away from uniform)."""
+  scales = dict(dict(qk_scale=3.0, positive_gain=False), **scales)
+  params = init_grid(jax.random.key(1), layout, (seed,), d=D, N=N, scales=InitScales(**scales),
+                     model=model)
+  return jax.tree.map(lambda x: x[0], params)
+
+
+def _model(params, layout, m):
+  """numpy (model leaves, layer leaves) of model m of one seed."""
+  model = {k: np.asarray(v[m], np.float64) for k, v in params["model"].items()}
+  layers = {k: np.asarray(v[layout.layer_slice(m)], np.float64)
+            for k, v in params["layer"].items()}
+  return model, layers
+
+
+def _reference_readouts(readouts_fn, params, layout, batch) -> list[np.ndarray]:
+  """Per model, the reference readouts z_0..z_L of every context: [B, L + 1]."""
+  nb = jax.tree.map(np.asarray, batch)
+  out = []
+  for m in range(layout.num_models):
+    model, layers = _model(params, layout, m)
+    out.append(np.stack([readouts_fn(model, layers, nb.x_context_BPD[c], nb.y_context_BP[c],
+                                     nb.x_test_BD[c]) for c in range(B)]))
+  return out
+
+
+def _assert_cascaded_layer_predictors(f_TB, layout, readouts_MBL, target_B):
+  """f_l = z_0 + L (z_l - z_{l-1}), mean_l f_l = z_L (the model's output), and on these f_l
+  analysis.decompose gives R = the loss of z_L with R = C + (A - C)/L."""
+  f_TB, target_B = np.asarray(f_TB), np.asarray(target_B)
+  for m, depth in enumerate(layout.depths):
+    readouts_BL = readouts_MBL[m]
+    f_LB = f_TB[layout.layer_slice(m)]
+    scale = np.abs(readouts_BL).max()
+    np.testing.assert_allclose(f_LB.T, readouts_BL[:, :1] + depth * np.diff(readouts_BL, axis=1),
+                               rtol=RTOL, atol=1e-11 * scale)
+    np.testing.assert_allclose(f_LB.mean(axis=0), readouts_BL[:, -1], rtol=RTOL,
+                               atol=1e-12 * scale)
+    parts = analysis.decompose(f_LB, target_B)
+    assert parts["R"] == pytest.approx(np.mean((readouts_BL[:, -1] - target_B) ** 2), rel=1e-9)
+    if depth > 1:
+      assert abs(parts["identity_residual"]) <= 1e-12 * parts["A"]
+      assert parts["disagreement"] > 1e-6 * parts["A"]  # the layers really differ
+
+
+# --- C.2 per-layer values ------------------------------------------------------------------
+
+
+def test_per_layer_values_equals_token_space_reference(x64):
+  layout, batch = GridLayout(DEPTHS), _batch()
+  params = _params("per_layer_values", layout)
+  assert params["layer"]["W_v"].shape == (sum(DEPTHS), N, N) and "W_v" not in params["model"]
+  f_TB = _predict("per_layer_values", params, batch, layout)
+  readouts = _reference_readouts(reference.softmax_two_stream_readouts, params, layout, batch)
+  _assert_cascaded_layer_predictors(f_TB, layout, readouts, batch.target_B)
+
+
+def test_per_layer_values_with_equal_values_is_the_controlled_model(x64):
+  layout, batch = GridLayout(DEPTHS), _batch()
+  controlled = _params("softmax", layout)
+  shared_values = dict(model={k: v for k, v in controlled["model"].items() if k != "W_v"},
+                       layer=dict(controlled["layer"],
+                                  W_v=layout.expand_to_layers(controlled["model"]["W_v"])))
+  want_TB = np.asarray(_predict("softmax", controlled, batch, layout))
+  np.testing.assert_allclose(_predict("per_layer_values", shared_values, batch, layout),
+                             want_TB, rtol=1e-12, atol=1e-14)
+  # With the W_v^l it is initialised with, the model is a different one.
+  drawn = dict(shared_values, layer=dict(
+      shared_values["layer"], W_v=_params("per_layer_values", layout)["layer"]["W_v"]))
+  assert np.abs(_predict("per_layer_values", drawn, batch, layout) - want_TB).max() > 1e-3
+
+
+def test_per_layer_values_positive_gain_flips_each_value_matrix():
+  for seed in range(4):
+    key = model_key(jax.random.key(0), seed, 5)
+    plain_model, plain_layers = init_model(key, 5, d=D, N=N, model="per_layer_values",
+                                           scales=InitScales(positive_gain=False))
+    fixed_model, fixed_layers = init_model(key, 5, d=D, N=N, model="per_layer_values",
+                                           scales=InitScales(positive_gain=True))
+
+    def gains(model, layers):
+      return np.einsum("i,lij,j->l", model["W_o"], layers["W_v"], model["W_y"])
+
+    assert np.all(gains(fixed_model, fixed_layers) > 0)
+    np.testing.assert_allclose(gains(fixed_model, fixed_layers),
+                               np.abs(gains(plain_model, plain_layers)), rtol=1e-6)
+    np.testing.assert_array_equal(fixed_model["W_o"], plain_model["W_o"])
+
+
+# --- C.3 context updates -------------------------------------------------------------------
+
+
+def test_context_updates_at_initial_m_zero_is_the_controlled_model(x64):
+  layout, batch = GridLayout(DEPTHS), _batch()
+  params = _params("context_updates", layout)
+  np.testing.assert_array_equal(params["model"]["m"], np.zeros(len(DEPTHS)))
+  controlled = _params("softmax", layout)  # the same draws, without m
+  np.testing.assert_allclose(_predict("context_updates", params, batch, layout),
+                             _predict("softmax", controlled, batch, layout),
+                             rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("task", ["topk", "top1"])
+def test_context_updates_equals_token_space_reference(x64, task):
+  """m != 0 (one value per model, both signs): the cascaded context label states."""
+  layout, batch = GridLayout(DEPTHS), _batch(task)
+  params = _params("context_updates", layout)
+  params["model"]["m"] = jnp.array([0.7, -0.9, 1.6])
+  f_TB = _predict("context_updates", params, batch, layout)
+
+  def readouts_fn(model, layers, *context):
+    return reference.softmax_two_stream_readouts(model, layers, *context,
+                                                 context_weight=model["m"])
+
+  readouts = _reference_readouts(readouts_fn, params, layout, batch)
+  _assert_cascaded_layer_predictors(f_TB, layout, readouts, batch.target_B)
+  # The context updates change the deeper models (so the Krylov terms are exercised).
+  at_zero = dict(params, model=dict(params["model"], m=jnp.zeros(3)))
+  change_TB = np.abs(np.asarray(f_TB - _predict("context_updates", at_zero, batch, layout)))
+  assert change_TB[layout.layer_slice(0)].max() == 0.0  # one layer: m never enters
+  assert change_TB[layout.layer_slice(1)].max() > 1e-2 * np.abs(np.asarray(f_TB)).max()
+
+
+# --- C.1 single stream ---------------------------------------------------------------------
+
+
+def test_single_stream_equals_token_space_reference(x64):
+  layout, batch = GridLayout(DEPTHS), _batch()
+  params = _params("single_stream", layout)
+  f_TB = np.asarray(_predict("single_stream", params, batch, layout))
+  readouts = _reference_readouts(reference.single_stream_readouts, params, layout, batch)
+  assert np.abs(readouts[0][:, 0]).min() > 0  # z_0 = W_o W_x x_test enters every f_l
+  _assert_cascaded_layer_predictors(f_TB, layout, readouts, batch.target_B)
+  # Its query rows give f_l = z_0 + W_o W_v (W_x U + W_y y^T) p_l.
+  attention_TBP = np.asarray(_attention("single_stream", params, batch, layout))
+  np.testing.assert_allclose(attention_TBP.sum(axis=-1), 1.0, rtol=1e-12)
+  nb = jax.tree.map(np.asarray, batch)
+  for m in range(layout.num_models):
+    model, _ = _model(params, layout, m)
+    context_states_BNP = (np.einsum("nd,bpd->bnp", model["W_x"], nb.x_context_BPD)
+                          + model["W_y"][None, :, None] * nb.y_context_BP[:, None])
+    pooled_LBN = np.einsum("bnp,lbp->lbn", context_states_BNP,
+                           attention_TBP[layout.layer_slice(m)])
+    z_0_B = nb.x_test_BD @ model["W_x"].T @ model["W_o"]
+    np.testing.assert_allclose(z_0_B + pooled_LBN @ model["W_v"].T @ model["W_o"],
+                               f_TB[layout.layer_slice(m)], rtol=RTOL, atol=1e-12)
+
+
+# --- looped --------------------------------------------------------------------------------
+
+
+def test_looped_equals_token_space_reference_with_tied_layers(x64):
+  layout, batch = GridLayout((1, 3, 5), loop_group=2), _batch()
+  np.testing.assert_array_equal(layout.tied_layer_index, [0, 1, 1, 3, 4, 4, 6, 6, 8])
+  params = _params("looped", layout)
+  f_TB = _predict("looped", params, batch, layout)
+
+  def readouts_fn(model, layers, *context):
+    tied = {k: v[(np.arange(len(v)) // 2) * 2] for k, v in layers.items()}
+    return reference.softmax_two_stream_readouts(model, tied, *context)
+
+  readouts = _reference_readouts(readouts_fn, params, layout, batch)
+  _assert_cascaded_layer_predictors(f_TB, layout, readouts, batch.target_B)
+
+
+@pytest.mark.parametrize("loop_group", [1, 2, 3, 0])
+def test_looped_model_is_the_untied_model_of_depth_over_group(x64, loop_group):
+  """Depth 6 in groups of r = 1, 2, 3, 6 (0: one group) predicts exactly what the untied
+  depth-6/r model with the groups' query/key weights predicts, each f repeated r times: r = 1
+  is the untied model itself, one group the depth-1 model."""
+  depth, batch = 6, _batch()
+  group = loop_group or depth
+  layout = GridLayout((depth,), loop_group=loop_group)
+  params = _params("looped", layout)
+  untied_layout = GridLayout((depth // group,))
+  untied = dict(params, layer=jax.tree.map(lambda w: w[::group], params["layer"]))
+  untied_f_TB = np.asarray(_predict("softmax", untied, batch, untied_layout))
+  f_TB = np.asarray(_predict("looped", params, batch, layout))
+  np.testing.assert_allclose(f_TB, np.repeat(untied_f_TB, group, axis=0), rtol=1e-12,
+                             atol=1e-14)
+  np.testing.assert_allclose(layout.model_mean(f_TB), untied_layout.model_mean(untied_f_TB),
+                             rtol=1e-12, atol=1e-14)
+  np.testing.assert_allclose(_attention("looped", params, batch, layout),
+                             np.repeat(_attention("softmax", untied, batch, untied_layout),
+                                       group, axis=0), rtol=1e-12, atol=1e-15)
+
+
+def test_looped_unused_copies_get_zero_gradient(x64):
+  layout, batch = GridLayout((1, 3, 5), loop_group=2), _batch()
+  params = _params("looped", layout)
+  grads = jax.grad(lambda p: jnp.sum(_predict("looped", p, batch, layout) ** 2))(params)
+  used_T = np.isin(np.arange(layout.total_layers), layout.tied_layer_index)
+  for name in ("W_q", "W_k"):
+    norms_T = np.abs(np.asarray(grads["layer"][name])).sum(axis=(1, 2))
+    assert np.all(norms_T[~used_T] == 0.0) and np.all(norms_T[used_T] > 0.0), name
+
+
+def test_parameter_count_counts_the_trained_leaves():
+  """Untied kinds: every element of a model's leaves; looped: the group heads' W_q, W_k."""
+  for model in LAYER_PREDICTIONS:
+    for depth in (1, 4, 7):
+      model_leaves, layer_leaves = init_model(jax.random.key(0), depth, d=D, N=N, model=model,
+                                              scales=InitScales())
+      stored = sum(x.size for x in jax.tree.leaves((model_leaves, layer_leaves)))
+      if model != "looped":
+        assert parameter_count(model, depth, d=D, N=N) == stored, (model, depth)
+        continue
+      for loop_group, groups in ((0, 1), (1, depth), (3, -(-depth // 3))):
+        assert parameter_count(model, depth, d=D, N=N, loop_group=loop_group) == (
+            stored - 2 * N * N * (depth - groups)), (depth, loop_group)
+  assert (parameter_count("looped", 64, d=16, N=32)
+          == parameter_count("looped", 1, d=16, N=32) == parameter_count("softmax", 1, d=16, N=32))
+  with pytest.raises(ValueError, match="allowed"):
+    parameter_count("transformer", 1, d=D, N=N)
+
+
+# --- every generalised kind ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", GENERALIZED)
+def test_models_jit_vmap_over_seeds_and_layout_order(x64, model):
+  """Jitted and vmapped over seeds equals per-seed eager; reordering depths permutes models;
+  a model initialised in a grid equals the model initialised alone."""
+  fn, batch = LAYER_PREDICTIONS[model], _batch()
+  layout = GridLayout(DEPTHS, loop_group=2)
+  scales = InitScales(qk_scale=2.0)
+  params = init_grid(jax.random.key(1), layout, (0, 1), d=D, N=N, scales=scales, model=model)
+  batched = jax.jit(jax.vmap(lambda p: fn(p, batch, layout)))(params)
+  for s in range(2):
+    np.testing.assert_allclose(batched[s], fn(jax.tree.map(lambda x: x[s], params), batch,
+                                              layout), rtol=1e-10, atol=1e-12)
+  other = GridLayout((2, 1, 3), loop_group=2)
+  other_params = init_grid(jax.random.key(1), other, (1,), d=D, N=N, scales=scales, model=model)
+  for group in ("model", "layer"):  # depth 2, seed 1: model 2 of the grid, model 0 of other
+    for name, leaf in params[group].items():
+      other_leaf = other_params[group][name]
+      if group == "model":
+        np.testing.assert_array_equal(leaf[1, 2], other_leaf[0, 0], err_msg=name)
+      else:
+        np.testing.assert_array_equal(leaf[1, layout.layer_slice(2)],
+                                      other_leaf[0, other.layer_slice(0)], err_msg=name)
+  f_other = np.asarray(fn(jax.tree.map(lambda x: x[0], other_params), batch, other))
+  for m_grid, m_other in ((0, 1), (1, 2), (2, 0)):
+    np.testing.assert_allclose(f_other[other.layer_slice(m_other)],
+                               batched[1][layout.layer_slice(m_grid)], rtol=1e-10, atol=1e-12)
+
+
+PROBLEM = Problem(task="topk", k=2, d=4, P=8, spectra=((0.0, 0.0),))
+SETTINGS = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=1, max_steps=4,
+                         eval_every=2, rel_tol=0.05, patience=1, lr_decay_factor=0.5,
+                         max_lr_decays=1, divergence_loss=1e6)
+GRADIENT_DEPTHS = (1, 3, 8)
+
+
+@functools.lru_cache(maxsize=None)
+def _training_batches() -> tasks.Batch:
+  """Two seeds' float32 batches of 64 contexts: leaves [2, 64, ...]."""
+  return jax.jit(jax.vmap(lambda key: PROBLEM.sample(key, 64, 0.0, 0.0)))(
+      jax.random.split(jax.random.key(6), 2))
+
+
+@pytest.mark.parametrize("model", GENERALIZED)
+@pytest.mark.parametrize("qk_init", ["identity", "random"])
+def test_gradients_are_finite_at_initialisation(model, qk_init):
+  """Float32 (as trained), both query/key starts, every model of the grid (1, 3, 8)."""
+  layout = GridLayout(GRADIENT_DEPTHS, loop_group=2)
+  params = init_grid(jax.random.key(5), layout, (0, 1), d=PROBLEM.d, N=N, model=model,
+                     scales=InitScales(qk_init=qk_init))
+  batch_S = _training_batches()
+
+  def total_loss(params):
+    losses_SM = grid_losses(LAYER_PREDICTIONS[model], params, batch_S, layout)
+    return losses_SM.sum(), losses_SM
+
+  grads, losses_SM = jax.jit(jax.grad(total_loss, has_aux=True))(params)
+  assert np.all(np.isfinite(losses_SM))
+  for path, leaf in jax.tree_util.tree_leaves_with_path(grads):
+    assert np.all(np.isfinite(leaf)), path
+  deepest = layout.layer_slice(len(GRADIENT_DEPTHS) - 1)
+  assert np.abs(np.asarray(grads["layer"]["W_q"])[:, deepest]).max() > 0
+  if model == "context_updates":  # m can leave 0 wherever there is a second layer
+    grad_m_SM = np.abs(np.asarray(grads["model"]["m"]))
+    assert np.all(grad_m_SM[:, 0] == 0) and np.all(grad_m_SM[:, 1:] > 0)
+
+
+@pytest.mark.parametrize("model", GENERALIZED)
+def test_grid_trainer_trains_a_chunk(model):
+  """One compiled chunk of training steps on a depth-3 model (float32, identity start)."""
+  trainer = GridTrainer(model, PROBLEM, (3,), (0,), SETTINGS, N=N,
+                        init_scales=InitScales(qk_init="identity"), init_key=jax.random.key(10),
+                        data_key=jax.random.key(11), loop_group=2)
+  assert trainer.layout.loop_group == 2
+  state = trainer.init_state()
+  before = jax.tree.map(lambda x: np.array(x, copy=True), state.params)
+  state, train_loss_SM = trainer.train_chunk(state)
+  assert np.asarray(train_loss_SM).shape == (1, 1) and np.all(np.isfinite(train_loss_SM))
+  assert int(state.step) == SETTINGS.eval_every
+  change_T = np.abs(np.asarray(state.params["layer"]["W_q"]) - before["layer"]["W_q"])[0].sum(
+      axis=(1, 2))
+  # Looped: layer 2 starts the second group, layer 1 uses layer 0's copy and keeps its own.
+  np.testing.assert_array_equal(change_T > 0, [True, model != "looped", True])
+  if model == "context_updates":
+    assert float(state.params["model"]["m"][0, 0]) != 0.0
+
+
+# --- config --------------------------------------------------------------------------------
+
+
+def test_config_sizes_needed_for_listed_kinds_only_and_loop_group_reaches_the_grid():
+  config = smoke.get_config()
+  config.model = "softmax,looped"
+  config.loop_group = 4
+  config.sizes.looped.update(d=4, P=8, N=8)
+  config_lib.validate(config)
+  specs = {spec.model: spec for spec in config_lib.grid_specs(config)}
+  assert specs["looped"].loop_group == 4 and specs["looped"].problem.P == 8
+  with config.sizes.unlocked():
+    del config.sizes["looped"]
+  with pytest.raises(config_lib.ConfigError, match=r"config.sizes=.*'looped'"):
+    config_lib.validate(config)
+  config.model = "softmax"  # entries for unlisted kinds (linear here) are allowed
+  config_lib.validate(config)
+  with config.sizes.unlocked():
+    config.sizes.sofmax = dict(d=4, P=8, N=8)  # but not for kinds that do not exist
+  with pytest.raises(config_lib.ConfigError, match="config.sizes="):
+    config_lib.validate(config)
+  with config.sizes.unlocked():
+    del config.sizes["sofmax"]
+  config.loop_group = -1
+  with pytest.raises(config_lib.ConfigError, match="config.loop_group=-1"):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize("name,variant", [("generalized", "cpu"), ("generalized", "top16"),
+                                          ("looped", None)])
+def test_generalized_configs_run_end_to_end(name, variant, tmp_path):
+  """The configs of issue 10 validate and run at toy sizes: every variant gets a fit, the
+  context-updates records carry the learned m, the looped ones their parameter count."""
+  module = importlib.import_module(f"experiments.configs.{name}")
+  config = tiny.shrunk(module.get_config(variant) if variant else module.get_config())
+  results = experiment.run(config, str(tmp_path))
+  assert {f["model"] for f in results["fits"]} == set(config_lib.model_names(config))
+  for record in results["runs"]:
+    assert ("m" in record) == (record["model"] == "context_updates")
+    assert record["parameters"] > 0
