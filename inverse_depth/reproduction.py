@@ -49,7 +49,7 @@ def _fits(results: dict | None, model: str) -> list[dict]:
 
 def deepest(fit: dict) -> tuple[int | None, float]:
   """(depth, seed-mean loss) of the deepest depth with a clean model; (None, nan) if none."""
-  return (fit["depths"][-1], fit["losses"][-1]) if fit["losses"] else (None, float("nan"))
+  return (int(fit["depths"][-1]), fit["losses"][-1]) if fit["losses"] else (None, float("nan"))
 
 
 def floor_of(fit: dict) -> tuple[float, str]:
@@ -128,7 +128,7 @@ def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
     lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {z:.3g} | {alpha:.3f} +- "
                  f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {2 * z:.3g} | "
                  f"{target if target else '-'} | {'yes' if inside else 'no'} | "
-                 + ", ".join(f"{L}: {R:.3g}" for L, R in zip(fit["depths"], fit["losses"]))
+                 + ", ".join(f"{L:g}: {R:.3g}" for L, R in zip(fit["depths"], fit["losses"]))
                  + " |")
     checks.append((inside, f"Table 2 ({fit['a']:g}, {fit['b']:g}): alpha {alpha:.3f} "
                    f"{'is' if inside else 'is NOT'} between zeta {z:.3g} and 2 zeta {2 * z:.3g}."))
@@ -188,7 +188,7 @@ def table5_section(results: dict | None) -> list[str]:
            "| (a, b) | alpha with the fitted L0 | alpha with L0 = best single cosine layer "
            "(R^2) | C_L by depth |", "|---|---|---|---|"]
   for fit in _fits(results, "softmax"):
-    shared = ", ".join(f"{L}: {C:.4g}" for L, C in zip(fit["depths"], fit["shared_error"])
+    shared = ", ".join(f"{L:g}: {C:.4g}" for L, C in zip(fit["depths"], fit["shared_error"])
                        if np.isfinite(C))
     cells = [f"({fit['a']:g}, {fit['b']:g})"]
     bound = fit.get("bound") or {}
@@ -197,7 +197,8 @@ def table5_section(results: dict | None) -> list[str]:
                 if bound.get("single") else None):
       if gap and np.isfinite(gap["alpha"]):
         cells.append(f"{gap['alpha']:.3f} +- {gap['alpha_se']:.2g} (L0 {gap['L0']:.4g}, "
-                     f"R^2 {gap.get('r2', float('nan')):.3f}, depths {gap['depths']})")
+                     f"R^2 {gap.get('r2', float('nan')):.3f}, depths "
+                     f"{', '.join(f'{L:g}' for L in gap['depths'])})")
       else:
         cells.append("no fit (no resolved L0, or L0 - C_L > 0 at fewer than two depths)")
     lines.append("| " + " | ".join(cells + [shared]) + " |")
@@ -294,6 +295,8 @@ def plot_table1(results: dict, path: str) -> None:
         if value is not None:
           ax.axhline(value, color="k", ls=style, lw=0.8)
       ax.set_xscale("log")
+      ax.set_xticks(fit["depths"], [f"{L:g}" for L in fit["depths"]], minor=False)
+      ax.set_xticks([], minor=True)
       ax.set_title(f"{model} ({fit['a']:g},{fit['b']:g})", fontsize=7)
       ax.tick_params(labelsize=6)
   report.save_figure(fig, path)
