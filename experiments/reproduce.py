@@ -22,7 +22,7 @@ _ONLY = flags.DEFINE_list("only", [], "Run only these runs (names in reproductio
 
 # Minutes each run took at the cpu tier on 2 CPU cores (README "Reproducing the paper"):
 # the first estimate of the time left; later runs rescale it by the measured pace.
-CPU_MINUTES = dict(table1=50, table4=12, table4_top16=16, table3=5, easy=5, table2=15)
+CPU_MINUTES = dict(table1=50, table4=11, table4_top16=15, table3=6, easy=3, table2=16)
 
 
 def _load_config(path: str, tier: str):
