@@ -1,4 +1,6 @@
-"""Reproduces the paper's tables: python -m experiments.reproduce [--tier=cpu|paper] [--workdir=DIR].
+"""Reproduces the paper's tables.
+
+    python -m experiments.reproduce [--tier=cpu|paper] [--workdir=DIR] [--only=RUN,...]
 
 Runs every config of `inverse_depth.reproduction.RUNS` at the tier into DIR/<run>/ (each
 an ordinary experiment workdir: rerunning resumes, finished grids are not retrained),

@@ -274,8 +274,9 @@ def _validation_text(spec: GridSpec, val_loss_SM) -> str:
   if spec.ensemble:
     return (f"{len(val_by_model)} one-layer models, mean {val_by_model.mean():.4g} "
             f"(min {val_by_model.min():.4g}, max {val_by_model.max():.4g})")
-  spectra = f" (mean over {len(spec.problem.spectra)} spectra)" if len(spec.problem.spectra) > 1 else ""
-  return " ".join(f"L{L}={r:.4g}" for L, r in zip(spec.depths, val_by_model)) + spectra
+  num_spectra = len(spec.problem.spectra)
+  return (" ".join(f"L{L}={r:.4g}" for L, r in zip(spec.depths, val_by_model))
+          + (f" (mean over {num_spectra} spectra)" if num_spectra > 1 else ""))
 
 
 def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Array,
