@@ -1,7 +1,6 @@
 """Diagnostics (inverse_depth/diagnostics.py) against direct computations."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
