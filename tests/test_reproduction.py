@@ -90,15 +90,17 @@ def test_derived_configs_run_end_to_end(name, tmp_path):
 def test_reproduce_entrypoint_runs_the_chosen_runs_and_writes_the_report(tmp_path, monkeypatch,
                                                                         capsys):
   """experiments.reproduce at toy sizes: a progress line per run, then the combined report."""
-  from absl import flags
+  from absl import flags, logging
   from experiments import reproduce
   monkeypatch.setattr(reproduce, "_load_config",
                       lambda path, tier: tiny.shrunk(_config(os.path.basename(path)[:-3], tier)))
   flags.FLAGS(["reproduce", f"--workdir={tmp_path}", "--only=easy,table3"])
+  level = logging.get_absl_logger().level  # main() lowers it; later tests read INFO logs
   try:
     reproduce.main([])
   finally:
     flags.FLAGS.unparse_flags()
+    logging.get_absl_logger().setLevel(level)
   out = capsys.readouterr().out
   assert "[1/2] table3:" in out and "[2/2] easy:" in out and "min left" in out
   assert os.path.isfile(os.path.join(tmp_path, "report.md"))
