@@ -155,6 +155,12 @@ def uniform_attention_loss(mean_label, target) -> float:
   return float(np.mean(target ** 2) - np.mean(target * mean_label) ** 2 / np.mean(mean_label ** 2))
 
 
+# Jitted once per shape and task (the exponents are traced), shared by every spectrum and grid.
+_sample_contexts = jax.jit(tasks.sample_contexts, static_argnames=("d", "P", "task", "k"))
+_context_rotations = jax.jit(jax.vmap(tasks.context_rotation, in_axes=(0, None)),
+                             static_argnums=1)
+
+
 def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size: int,
              spectrum: int, views: list[slice], diagnostic_size: int):
   """Held-out evaluation of one spectrum's seeds on sample_contexts(split(key, size)), drawn
@@ -167,29 +173,28 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
   losses [seeds, V, D] and their zero-predictor values [D] (means over those contexts; models
   linear in the labels), selection errors [seeds, V, n] (attention models), and n.
   """
-  a, b = trainer.problem.spectra[spectrum]
+  problem = trainer.problem
+  a, b = problem.spectra[spectrum]
   keys = jax.random.split(key, size)
-  sample = jax.jit(trainer.problem.sample_contexts)
-  rotations = jax.jit(jax.vmap(lambda k: tasks.context_rotation(k, trainer.problem.d)))
   weights_VT = diagnostics.view_weights(trainer.layout.total_layers, views)
-  preds, targets, mean_labels, diagnosed = [], [], [], []
+  preds, targets, mean_labels, diagnosed, counts = [], [], [], [], []
   for start in range(0, size, chunk_size):
     chunk_keys = keys[start:start + chunk_size]
-    chunk = sample(chunk_keys, a, b)
+    chunk = _sample_contexts(chunk_keys, d=problem.d, P=problem.P, a=a, b=b, task=problem.task,
+                             k=problem.k)
     preds.append(trainer.predict(params, chunk, chunk_size, spectrum))
     targets.append(np.asarray(chunk.target_B, np.float64))
     mean_labels.append(np.asarray(chunk.y_context_BP, np.float64).mean(axis=1))
     if start < diagnostic_size:
       diagnosed.append(jax.tree.map(np.asarray, trainer.diagnostics(
-          params, chunk, rotations(chunk_keys), spectrum, weights_VT)))
-  counts = np.array([min(chunk_size, size - start) for start in range(0, size, chunk_size)
-                     ][:len(diagnosed)], np.float64)
-  found = dict(contexts=int(counts.sum()))
+          params, chunk, _context_rotations(chunk_keys, problem.d), spectrum, weights_VT)))
+      counts.append(float(len(chunk_keys)))
+  found = dict(contexts=int(sum(counts)))
   if diagnosed and "modewise_loss" in diagnosed[0]:
     found["modewise_loss"] = sum(c * d["modewise_loss"] for c, d in zip(counts, diagnosed)
-                                 ) / counts.sum()
+                                 ) / sum(counts)
     found["modewise_zero_loss"] = sum(c * d["modewise_zero_loss"]
-                                      for c, d in zip(counts, diagnosed)) / counts.sum()
+                                      for c, d in zip(counts, diagnosed)) / sum(counts)
   if diagnosed and "selection_error" in diagnosed[0]:
     found["selection_error"] = np.concatenate([d["selection_error"] for d in diagnosed], -1)
   return (np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels),

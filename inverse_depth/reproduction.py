@@ -231,11 +231,16 @@ def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], 
   return lines, checks
 
 
+def _selection_records(results: dict | None) -> list[dict]:
+  """Clean softmax (0, 0) run records that carry selection-error percentiles."""
+  return [r for r in (results or {}).get("runs", [])
+          if r["model"] == "softmax" and (r["a"], r["b"]) == (0.0, 0.0)
+          and "selection_error_percentiles" in r and analysis.is_clean(r)]
+
+
 def selection_section(results: dict | None) -> list[str]:
   lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
-  records = [r for r in (results or {}).get("runs", [])
-             if r["model"] == "softmax" and (r["a"], r["b"]) == (0.0, 0.0)
-             and "selection_error_percentiles" in r and analysis.is_clean(r)]
+  records = _selection_records(results)
   if not records:
     return lines + ["Not available (no softmax (0, 0) grid with diagnostics in table1)."]
   depths = sorted({r["depth"] for r in records})
@@ -361,9 +366,7 @@ def plot_attention_mass(metrics: list[dict], path: str) -> None:
 
 def plot_selection(results: dict, path: str) -> None:
   """Selection-error percentiles, L = 1 against the deepest model (softmax (0, 0))."""
-  records = [r for r in results["runs"] if r["model"] == "softmax"
-             and (r["a"], r["b"]) == (0.0, 0.0) and "selection_error_percentiles" in r
-             and analysis.is_clean(r)]
+  records = _selection_records(results)
   fig, ax = plt.subplots(figsize=(5.5, 4))
   depths = sorted({r["depth"] for r in records})
   for L in depths:

@@ -66,14 +66,15 @@ class Problem:
   P: int
   spectra: tuple[tuple[float, float], ...]
 
+  @property
+  def num_selected(self) -> int:
+    """Context tokens that make the target: k on the top-k task, the copied one on top-1."""
+    return self.k if self.task == "topk" else 1
+
   def sample(self, key: jax.Array, batch_size: int, a, b) -> tasks.Batch:
     """`batch_size` contexts of spectrum (a, b); a and b may be traced."""
     return tasks.sample_batch(key, batch_size, d=self.d, P=self.P, a=a, b=b, task=self.task,
                               k=self.k)
-
-  def sample_contexts(self, keys: jax.Array, a, b) -> tasks.Batch:
-    """The contexts of `keys`: sample(key, n, a, b) is sample_contexts(split(key, n), a, b)."""
-    return tasks.sample_contexts(keys, d=self.d, P=self.P, a=a, b=b, task=self.task, k=self.k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,8 +339,7 @@ class GridTrainer:
       losses_SVD, zero_loss_SD = jax.vmap(modewise)(seed_params)
       out.update(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0])
     if self._attention is not None:
-      selected_BK = tasks.selected_indices(batch, self.problem.k if self.problem.task == "topk"
-                                           else 1)
+      selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
       out["selection_error"] = jax.vmap(lambda p: diagnostics.selection_errors(
           self._attention(p, batch, self.layout), selected_BK, view_weights_VT))(seed_params)
     return out
@@ -348,8 +348,7 @@ class GridTrainer:
                               spectrum: jax.Array) -> jax.Array:
     """Attention mass on the k tokens that make the target, averaged over a model's layers
     and the batch: [seeds, M] (top-1 attention mass on the easy task)."""
-    selected_BK = tasks.selected_indices(batch, self.problem.k if self.problem.task == "topk"
-                                         else 1)
+    selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
 
     def per_seed(p):
       attention_TBP = self._attention(p, batch, self.layout)
