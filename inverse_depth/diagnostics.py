@@ -16,12 +16,22 @@ same mode, omega_j E[(o_j . t)^2].
 Selection error (softmax). pbar_L = (1/L) sum_l p_l is the model's mean
 attention row and p* puts 1/k on each of the k tokens that make the target:
 E_L = |pbar_L - p*|^2 = |pbar_L|^2 - (2/k) sum_{i in S_k} pbar_L,i + 1/k.
+
+First-layer context attention (context_updates). The context-to-context softmax S_1
+(P x P, rows summing to 1) is fitted as rho I + (1 - rho) 11^T/P by least squares over
+contexts. With <S, I> = tr S, <S, 11^T/P> = 1 and |rho I + (1 - rho) 11^T/P|_F^2 =
+rho^2 (P - 1) + 1, only tr S and |S|_F^2 per context are needed:
+
+    rho = mean(tr S - 1) / (P - 1),
+    residual = mean |S|_F^2 - 2 (rho mean tr S + 1 - rho) + rho^2 (P - 1) + 1,
+    R^2 = 1 - residual / mean(|S|_F^2 - 1)   (the total about the rho = 0 fit 11^T/P).
 """
 
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from inverse_depth.grid import GridLayout
 from inverse_depth.tasks import Batch
@@ -67,3 +77,19 @@ def selection_errors(attention_TBP: jax.Array, selected_BK: jax.Array,
   k = selected_BK.shape[-1]
   on_selected_MB = jnp.take_along_axis(mean_attention_MBP, selected_BK[None], axis=-1).sum(-1)
   return jnp.sum(mean_attention_MBP ** 2, axis=-1) - 2.0 * on_selected_MB / k + 1.0 / k
+
+
+def attention_moments(attention_BPP: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """tr S and |S|_F^2 per context ([B] each): what the rho fit needs."""
+  return (jnp.trace(attention_BPP, axis1=-2, axis2=-1),
+          jnp.sum(attention_BPP ** 2, axis=(-2, -1)))
+
+
+def uniform_mixture_fit(trace_B, square_B, P: int) -> dict:
+  """Least-squares fit of S_1 = rho I + (1 - rho) 11^T/P over contexts, from their tr S and
+  |S|_F^2 (module docstring): rho and R^2."""
+  mean_trace, mean_square = float(np.mean(trace_B)), float(np.mean(square_B))
+  rho = (mean_trace - 1.0) / (P - 1)
+  residual = mean_square - 2.0 * (rho * mean_trace + 1.0 - rho) + rho ** 2 * (P - 1) + 1.0
+  total = mean_square - 1.0
+  return dict(rho=rho, r2=1.0 - residual / total if total > 0 else float("nan"))

@@ -171,7 +171,9 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
   the diagnostics (diagnostics.py) of each view (`views`: the packed layers whose mean is a
   reported model) on the first whole chunks covering `diagnostic_size` contexts: mode-wise
   losses [seeds, V, D] and their zero-predictor values [D] (means over those contexts; models
-  linear in the labels), selection errors [seeds, V, n] (attention models), and n.
+  linear in the labels), selection errors [seeds, V, n] (attention models), the first
+  layer's tr S_1 and |S_1|_F^2 [seeds, M, n] and one context's S_1 block (context
+  attention), and n.
   """
   problem = trainer.problem
   a, b = problem.spectra[spectrum]
@@ -197,6 +199,10 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
                                       for c, d in zip(counts, diagnosed)) / sum(counts)
   if diagnosed and "selection_error" in diagnosed[0]:
     found["selection_error"] = np.concatenate([d["selection_error"] for d in diagnosed], -1)
+  if diagnosed and "context_attention_trace" in diagnosed[0]:
+    found.update({name: np.concatenate([d[name] for d in diagnosed], -1) for name in
+                  ("context_attention_trace", "context_attention_square")},
+                 context_attention_heatmap=diagnosed[0]["context_attention_heatmap"])
   return (np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels),
           found)
 
@@ -325,6 +331,14 @@ def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Arra
           diagnostic_contexts=found["contexts"])
       if "m" in state.params["model"]:  # context_updates: the learned context attention weight
         record["m"] = float(state.params["model"]["m"][r, members].mean())
+      if "context_attention_trace" in found:  # S_1 ~ rho I + (1 - rho) 11^T/P
+        model = members[0]
+        fit = diagnostics.uniform_mixture_fit(found["context_attention_trace"][s, model],
+                                              found["context_attention_square"][s, model],
+                                              spec.problem.P)
+        record.update(first_layer_rho=fit["rho"], first_layer_rho_r2=fit["r2"],
+                      first_layer_attention=np.round(
+                          found["context_attention_heatmap"][s, model], 5).tolist())
       if "modewise_loss" in found:
         record.update(modewise_loss=found["modewise_loss"][s, i].tolist(),
                       modewise_zero_loss=found["modewise_zero_loss"].tolist())

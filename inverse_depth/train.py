@@ -54,7 +54,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from inverse_depth import diagnostics, tasks
 from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
-from inverse_depth.models import LAYER_PREDICTIONS, LINEAR_IN_LABELS, TEST_ATTENTION
+from inverse_depth.models import (CONTEXT_ATTENTION, LAYER_PREDICTIONS, LINEAR_IN_LABELS,
+                                  TEST_ATTENTION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +166,8 @@ def _finite_per_model(tree: Params, layout: GridLayout) -> jax.Array:
 
 
 LAYER_AXIS = "layers"
+# Tokens kept of the first context's S_1 for the report's heatmaps (context_updates).
+HEATMAP_TOKENS = 32
 
 
 def default_mesh() -> Mesh:
@@ -324,7 +327,9 @@ class GridTrainer:
     """diagnostics.py on one batch of a spectrum, per seed and view (a model's prediction is
     sum_t view_weights_VT[v, t] f_t): for models linear in the labels the mode-wise losses
     [seeds, V, D] and the zero predictor's [D]; for attention models the selection errors
-    [seeds, V, B]."""
+    [seeds, V, B]; for models with context-to-context attention the first layer's tr S_1
+    and |S_1|_F^2 [seeds, M, B] and S_1 of the batch's first context, first
+    HEATMAP_TOKENS tokens [seeds, M, HEATMAP_TOKENS, HEATMAP_TOKENS]."""
     seed_params = self.spectrum_params(params, spectrum)
     omega_D = tasks.power_spectrum(self.problem.d,
                                    jnp.asarray(self.problem.spectra, jnp.float32)[spectrum, 1])
@@ -342,6 +347,13 @@ class GridTrainer:
       selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
       out["selection_error"] = jax.vmap(lambda p: diagnostics.selection_errors(
           self._attention(p, batch, self.layout), selected_BK, view_weights_VT))(seed_params)
+    if self.model in CONTEXT_ATTENTION:
+      attention_SMBPP = jax.vmap(lambda p: CONTEXT_ATTENTION[self.model](p, batch, self.layout))(
+          seed_params)
+      trace_SMB, square_SMB = diagnostics.attention_moments(attention_SMBPP)
+      out.update(context_attention_trace=trace_SMB, context_attention_square=square_SMB,
+                 context_attention_heatmap=attention_SMBPP[:, :, 0, :HEATMAP_TOKENS,
+                                                           :HEATMAP_TOKENS])
     return out
 
   def _spectrum_selected_mass(self, params: Params, batch: tasks.Batch,

@@ -84,6 +84,12 @@ def softmax_two_stream_readouts(model, layers, x_context_PD, y_context_P, x_test
   return np.array(readouts)
 
 
+def first_layer_context_attention(model, layers, x_context_PD):
+  """S_1 of the C.3 model on one context: the first layer's context-to-context softmax."""
+  hhat_NP = _layer_norm(model["W_x"] @ x_context_PD.T)
+  return _softmax((layers["W_q"][0] @ hhat_NP).T @ (layers["W_k"][0] @ hhat_NP))
+
+
 def single_stream_readouts(model, layers, x_context_PD, y_context_P, x_test_D):
   """Residual single-stream softmax model (C.1) on one context; returns z_0..z_L.
 

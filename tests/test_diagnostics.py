@@ -86,3 +86,28 @@ def test_selected_indices_on_the_copy_task_find_the_copied_input():
   index_B = np.asarray(tasks.selected_indices(batch, 1))[:, 0]
   np.testing.assert_array_equal(np.asarray(batch.x_context_BPD)[np.arange(B), index_B],
                                 np.asarray(batch.x_test_BD))
+
+
+def test_uniform_mixture_fit_matches_direct_least_squares():
+  """rho and R^2 from tr S and |S|_F^2 equal a least-squares fit on the full matrices, and an
+  exact mixture is recovered with R^2 = 1."""
+  P, B = 7, 40
+  rng = np.random.default_rng(0)
+  S_BPP = rng.dirichlet(np.ones(P) * 0.5, size=(B, P)) + 0.3 * np.eye(P)
+  S_BPP /= S_BPP.sum(-1, keepdims=True)
+  trace_B, square_B = map(np.asarray, diagnostics.attention_moments(S_BPP))
+  fit = diagnostics.uniform_mixture_fit(trace_B, square_B, P)
+  uniform = np.full((P, P), 1.0 / P)
+  design = (np.eye(P) - uniform).ravel()  # S - 11^T/P = rho (I - 11^T/P) + error
+  response_BX = (S_BPP - uniform).reshape(B, -1)
+  rho = np.sum(response_BX @ design) / (B * design @ design)
+  residual = np.sum((response_BX - rho * design) ** 2)
+  # attention_moments runs in float32 (as in training)
+  assert fit["rho"] == pytest.approx(rho, rel=1e-5)
+  assert fit["r2"] == pytest.approx(1.0 - residual / np.sum(response_BX ** 2), rel=1e-5)
+  assert 0.0 < fit["r2"] < 1.0
+  exact = 0.35 * np.eye(P) + 0.65 * uniform
+  fit = diagnostics.uniform_mixture_fit(*map(np.asarray, diagnostics.attention_moments(
+      np.stack([exact] * 3))), P)
+  assert fit["rho"] == pytest.approx(0.35, rel=1e-5)
+  assert fit["r2"] == pytest.approx(1.0, abs=1e-5)

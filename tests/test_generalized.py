@@ -18,7 +18,8 @@ from experiments.configs import smoke
 from inverse_depth import analysis, experiment, tasks
 from inverse_depth import config as config_lib
 from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
-from inverse_depth.models import LAYER_PREDICTIONS, TEST_ATTENTION, parameter_count
+from inverse_depth.models import (CONTEXT_ATTENTION, LAYER_PREDICTIONS, TEST_ATTENTION,
+                                  parameter_count)
 from inverse_depth.train import GridTrainer, Problem, TrainSettings, grid_losses
 from tests import reference, tiny
 
@@ -208,6 +209,22 @@ def test_single_stream_equals_token_space_reference(x64):
 
 
 # --- looped --------------------------------------------------------------------------------
+
+
+def test_first_layer_context_attention_is_the_reference_s1(x64):
+  """S_1 of context_updates is the first layer's context-to-context softmax of the
+  token-space reference, for every model of the grid."""
+  layout, batch = GridLayout(DEPTHS), _batch()
+  params = _params("context_updates", layout)
+  got_MBPP = np.asarray(CONTEXT_ATTENTION["context_updates"](params, batch, layout))
+  x_context_BPD = np.asarray(batch.x_context_BPD, np.float64)
+  for m in range(layout.num_models):
+    model, layers = _model(params, layout, m)
+    for c in range(B):
+      np.testing.assert_allclose(
+          got_MBPP[m, c], reference.first_layer_context_attention(model, layers,
+                                                                  x_context_BPD[c]),
+          rtol=RTOL, atol=1e-12)
 
 
 def test_looped_equals_token_space_reference_with_tied_layers(x64):
@@ -403,4 +420,10 @@ def test_generalized_configs_run_end_to_end(name, variant, tmp_path):
   assert {f["model"] for f in results["fits"]} == set(config_lib.model_names(config))
   for record in results["runs"]:
     assert ("m" in record) == (record["model"] == "context_updates")
+    assert ("first_layer_rho" in record) == (record["model"] == "context_updates")
     assert record["parameters"] > 0
+    if record["model"] == "context_updates":
+      assert 0.0 <= record["first_layer_rho"] <= 1.0  # S_1 is a softmax whose diagonal...
+      heatmap = np.array(record["first_layer_attention"])
+      assert heatmap.shape == (min(config.sizes.context_updates.P, 32),) * 2
+      assert np.all(heatmap >= 0.0)

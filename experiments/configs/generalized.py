@@ -9,8 +9,11 @@ or top-16 (`top16`: the controlled model and C.3 only), depths 1..32, 3 seeds, t
 depth-law training regime. Every variant is judged against `theory.softmax_bound`.
 What the paper describes: C.1 and C.2 keep an approximately inverse-depth trend; C.3
 keeps it at top-2 and saturates at top-16 with the learned m near -2.3 (run record `m`).
-Runtime on 2 CPU cores: not measured yet (context updates cost O(P^2) per layer and
-context, about 20x a controlled layer at P = 128).
+Context updates cost O(P^2 (d + L)) per layer and context (S_l is P x P): at P = 128 a
+training step of the whole C.3 grid is ~70x the controlled model's (13 s against 0.18 s
+at batch 256, 2 CPU cores). So at the `cpu` scale C.3 trains with batch 64 for 1000 steps
+(1.8 s a step) and diagnoses 512 contexts (one backward pass per model); every other kind
+trains 2000 steps at batch 256. Runtime on 2 CPU cores: see results/generalized/README.md.
 """
 
 from experiments.configs import default
@@ -38,4 +41,7 @@ def get_config(variant: str = "cpu"):
   config.eval_size = 20_480
   config.eval_chunk_size = 2048
   config.bound_samples = 50_000
+  config.model_overrides.context_updates = dict(
+      batch_size=64, max_steps=1000, checkpoint_every=250, eval_chunk_size=512,
+      diagnostic_size=512)
   return config

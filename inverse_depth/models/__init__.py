@@ -23,6 +23,9 @@ TEST_ATTENTION = {
     "context_updates": softmax.test_attention,
     "looped": looped.test_attention,
 }
+# The first layer's context-to-context softmax S_1 of every model ([M, B, P, P]) for the
+# kinds whose context tokens attend to each other.
+CONTEXT_ATTENTION = {"context_updates": context_updates.first_layer_context_attention}
 
 # Kinds whose prediction is linear in the context labels y (y_hat = w . y, w independent of
 # y): the mode-wise loss of diagnostics.py is exact for them. single_stream mixes y into the
