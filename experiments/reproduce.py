@@ -1,11 +1,13 @@
-"""Reproduces the paper's tables.
+"""Reproduces the paper's tables, or its generalised models.
 
-    python -m experiments.reproduce [--tier=cpu|paper] [--workdir=DIR] [--only=RUN,...]
+    python -m experiments.reproduce [--suite=tables|generalized] [--tier=cpu|paper]
+                                    [--workdir=DIR] [--only=RUN,...]
 
-Runs every config of `inverse_depth.reproduction.RUNS` at the tier into DIR/<run>/ (each
-an ordinary experiment workdir: rerunning resumes, finished grids are not retrained),
-printing a progress line with the time left, then writes DIR/report.md with our numbers
-beside the paper's and DIR/figures/.
+Runs every config of the suite (`inverse_depth.reproduction.RUNS` at the tier, or
+`inverse_depth.generalized_report.RUNS`, cpu scale only) into DIR/<run>/ (each an ordinary
+experiment workdir: rerunning resumes, finished grids are not retrained), printing a
+progress line with the time left, then writes DIR/report.md (our numbers beside the
+paper's) and DIR/figures/.
 """
 
 import importlib.util
@@ -15,38 +17,58 @@ import time
 from absl import app, flags, logging
 
 from experiments.configs import tables
-from inverse_depth import config as config_lib, experiment, reproduction
+from inverse_depth import config as config_lib, experiment, generalized_report, reproduction
 
-_WORKDIR = flags.DEFINE_string("workdir", "runs/reproduce", "Root of the table workdirs.")
-_TIER = flags.DEFINE_enum("tier", "cpu", list(tables.TIERS), "Scale tier of every config.")
-_ONLY = flags.DEFINE_list("only", [], "Run only these runs (names in reproduction.RUNS); the "
+SUITES = ("tables", "generalized")
+_SUITE = flags.DEFINE_enum("suite", "tables", list(SUITES), "Which set of runs.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Root of the run workdirs (default "
+                               "runs/reproduce for tables, runs/generalized for generalized).")
+_TIER = flags.DEFINE_enum("tier", "cpu", list(tables.TIERS), "Scale tier of every config "
+                          "(tables only; the generalized suite has the cpu scale).")
+_ONLY = flags.DEFINE_list("only", [], "Run only these runs (names in the suite's RUNS); the "
                           "report still includes every finished run.")
 
 # Minutes each run took at the cpu tier on 2 CPU cores (README "Reproducing the paper"):
 # the first estimate of the time left; later runs rescale it by the measured pace.
-CPU_MINUTES = dict(table1=50, table4=11, table4_top16=15, table3=6, easy=3, table2=16)
+CPU_MINUTES = dict(table1=50, table4=11, table4_top16=15, table3=6, easy=3, table2=16,
+                   generalized=55, generalized_top16=40, looped=13)
 
 
-def _load_config(path: str, tier: str):
-  spec = importlib.util.spec_from_file_location("table_config", path)
+def _load_config(path: str, argument: str | None):
+  spec = importlib.util.spec_from_file_location("run_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config(tier)
+  return module.get_config() if argument is None else module.get_config(argument)
+
+
+def _suite_runs() -> tuple[list[tuple[str, str, str | None]], str, object]:
+  """(name, config path, get_config argument) per run, the default root, the report writer."""
+  if _SUITE.value == "generalized":
+    if _TIER.value != "cpu":
+      print(f"error: --tier={_TIER.value}: the generalized suite has the cpu scale only",
+            file=sys.stderr)
+      sys.exit(2)
+    return (list(generalized_report.RUNS), "runs/generalized",
+            generalized_report.write_generalized_report)
+  return ([(name, path, _TIER.value) for name, path in reproduction.RUNS], "runs/reproduce",
+          reproduction.write_combined_report)
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  unknown = sorted(set(_ONLY.value) - {name for name, _ in reproduction.RUNS})
+  suite_runs, default_root, write_report = _suite_runs()
+  root = _WORKDIR.value or default_root
+  unknown = sorted(set(_ONLY.value) - {name for name, _, _ in suite_runs})
   if unknown:
     print(f"error: --only={','.join(unknown)}: allowed "
-          + ", ".join(name for name, _ in reproduction.RUNS), file=sys.stderr)
+          + ", ".join(name for name, _, _ in suite_runs), file=sys.stderr)
     sys.exit(2)
-  runs = [(n, p) for n, p in reproduction.RUNS if not _ONLY.value or n in _ONLY.value]
+  runs = [run for run in suite_runs if not _ONLY.value or run[0] in _ONLY.value]
   configs = []
-  for name, path in runs:  # every config is checked before anything trains
+  for name, path, argument in runs:  # every config is checked before anything trains
     try:
-      config = _load_config(path, _TIER.value)
+      config = _load_config(path, argument)
       config_lib.validate(config)
     except config_lib.ConfigError as error:
       print(f"error: {path}: {error}", file=sys.stderr)
@@ -61,14 +83,14 @@ def main(argv):
           f"left{'' if _TIER.value == 'cpu' else ' (cpu-tier estimate)'}", flush=True)
     run_start = time.time()
     try:
-      experiment.run(config, f"{_WORKDIR.value}/{name}")
+      experiment.run(config, f"{root}/{name}")
     except (experiment.WorkdirConflict, experiment.Interrupted) as error:
       print(f"{name}: {error}", file=sys.stderr)
       sys.exit(getattr(error, "exit_code", 2))
     expected_done += CPU_MINUTES[name]
     if time.time() - run_start > 60:  # a run that trained (not one regenerated from results)
       pace = ((time.time() - start) / 60) / expected_done
-  print(f"Report: {reproduction.write_combined_report(_WORKDIR.value)} "
+  print(f"Report: {write_report(root)} "
         f"({(time.time() - start) / 60:.0f} min)")
 
 

@@ -8,6 +8,7 @@ the gradient and training checks run in float32, as training does.
 
 import functools
 import importlib
+import os
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, experiment, tasks
+from inverse_depth import analysis, experiment, generalized_report, tasks
 from inverse_depth import config as config_lib
 from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
 from inverse_depth.models import (CONTEXT_ATTENTION, LAYER_PREDICTIONS, TEST_ATTENTION,
@@ -409,21 +410,59 @@ def test_config_sizes_needed_for_listed_kinds_only_and_loop_group_reaches_the_gr
     config_lib.validate(config)
 
 
-@pytest.mark.parametrize("name,variant", [("generalized", "cpu"), ("generalized", "top16"),
-                                          ("looped", None)])
-def test_generalized_configs_run_end_to_end(name, variant, tmp_path):
+@pytest.fixture(scope="module")
+def generalized_root(tmp_path_factory):
+  """Every run of generalized_report.RUNS (the configs of issue 10), shrunk to toy sizes."""
+  root = str(tmp_path_factory.mktemp("generalized"))
+  for name, path, argument in generalized_report.RUNS:
+    module = importlib.import_module("experiments.configs." + os.path.basename(path)[:-3])
+    config = tiny.shrunk(module.get_config() if argument is None else module.get_config(argument))
+    experiment.run(config, os.path.join(root, name))
+  return root
+
+
+def test_generalized_configs_run_end_to_end(generalized_root):
   """The configs of issue 10 validate and run at toy sizes: every variant gets a fit, the
-  context-updates records carry the learned m, the looped ones their parameter count."""
-  module = importlib.import_module(f"experiments.configs.{name}")
-  config = tiny.shrunk(module.get_config(variant) if variant else module.get_config())
-  results = experiment.run(config, str(tmp_path))
-  assert {f["model"] for f in results["fits"]} == set(config_lib.model_names(config))
-  for record in results["runs"]:
-    assert ("m" in record) == (record["model"] == "context_updates")
-    assert ("first_layer_rho" in record) == (record["model"] == "context_updates")
-    assert record["parameters"] > 0
-    if record["model"] == "context_updates":
-      assert 0.0 <= record["first_layer_rho"] <= 1.0  # S_1 is a softmax whose diagonal...
-      heatmap = np.array(record["first_layer_attention"])
-      assert heatmap.shape == (min(config.sizes.context_updates.P, 32),) * 2
-      assert np.all(heatmap >= 0.0)
+  context-updates records carry the learned m and the S_1 fit, all their parameter count."""
+  found = generalized_report.load_results(generalized_root)
+  assert list(found) == [name for name, _, _ in generalized_report.RUNS]
+  for results in found.values():
+    config = results["config"]
+    assert {f["model"] for f in results["fits"]} == set(config["model"].split(","))
+    for record in results["runs"]:
+      assert ("m" in record) == (record["model"] == "context_updates")
+      assert ("first_layer_rho" in record) == (record["model"] == "context_updates")
+      assert record["parameters"] > 0
+      if record["model"] == "context_updates":
+        assert 0.0 <= record["first_layer_rho"] <= 1.0
+        heatmap = np.array(record["first_layer_attention"])
+        assert heatmap.shape == (min(config["sizes"]["context_updates"]["P"], 32),) * 2
+        assert np.all(heatmap >= 0.0)
+
+
+def test_generalized_report(generalized_root):
+  """The combined report has a row per variant beside the paper's words, the learned m per
+  task, the looped table, and every figure."""
+  with open(generalized_report.write_generalized_report(generalized_root)) as f:
+    text = f.read()
+  for model in ("single_stream", "per_layer_values", "context_updates", "looped"):
+    assert f"| {model} |" in text, model
+  assert "(not run)" not in text
+  assert "- generalized_top16 (top-16): m = " in text
+  assert "| depth | looped R_L | parameters | untied R_L | parameters |" in text
+  for figure in ("context_updates", "looped", "generalized_depth", "generalized_decomposition",
+                 "training_generalized_top16", "looped_depth"):
+    assert os.path.isfile(os.path.join(generalized_root, "figures", figure + ".png")), figure
+
+
+def test_generalized_suite_refuses_the_paper_tier(capsys):
+  from absl import flags
+  from experiments import reproduce
+  flags.FLAGS(["reproduce", "--suite=generalized", "--tier=paper"])
+  try:
+    with pytest.raises(SystemExit) as exit_info:
+      reproduce.main([])
+  finally:
+    flags.FLAGS.unparse_flags()
+  assert exit_info.value.code == 2
+  assert "--tier=paper: the generalized suite has the cpu scale only" in capsys.readouterr().err

@@ -1,0 +1,220 @@
+"""The generalised-models report (paper appendix C and its looped question), from the
+results.json (and metrics.jsonl) of each run's workdir alone.
+
+Layout: ROOT/<run>/ for each run in RUNS (ordinary experiment workdirs), ROOT/report.md
+and ROOT/figures/*.png written here. Every statement about a trend is computed from the
+numbers (fit, paired differences, learned m); the paper's description stands beside it
+as text, never as an input.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from inverse_depth import analysis, report
+from inverse_depth.files import write_text_atomic
+from inverse_depth.report import plt
+from inverse_depth.reproduction import plot_training_curves
+from inverse_depth.workdir import RESULTS_FILE, read_metrics
+
+# (workdir name, config file, get_config argument) in the order they run.
+RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
+        ("generalized_top16", "experiments/configs/generalized.py", "top16"),
+        ("looped", "experiments/configs/looped.py", None))
+
+# What the paper says about each variant (SPEC section 4), shown beside our numbers.
+PAPER = {
+    "single_stream": "keeps an approximately inverse-depth trend (C.1)",
+    "per_layer_values": "keeps an approximately inverse-depth trend (C.2)",
+    "context_updates": "keeps the trend at top-2, saturates at top-16 with m near -2.3 (C.3)",
+    "looped": "open question in the paper's discussion: does weight tying keep the averaging "
+              "benefit with fewer parameters?",
+    "softmax": "the controlled model: R_L = L0 + c L^-alpha with alpha near 1",
+}
+
+
+def load_results(root: str) -> dict[str, dict]:
+  """results.json of every run of RUNS present under `root`, by run name."""
+  found = {}
+  for name, _, _ in RUNS:
+    path = os.path.join(root, name, RESULTS_FILE)
+    if os.path.exists(path):
+      with open(path) as f:
+        found[name] = json.load(f)
+  return found
+
+
+def _clean_means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
+  """depth -> (mean, standard error) over clean seeds of a run-record field."""
+  depths, means, errors = analysis.seed_means(analysis.clean_runs(runs), field)
+  return {d: (m, e) for d, m, e in zip(depths, means, errors)}
+
+
+def trend_sentence(fit: dict) -> str:
+  """The depth trend of one grid in words, from its fit and paired differences."""
+  if len(fit["losses"]) < 2:
+    return "fewer than two clean depths"
+  first, last = fit["losses"][0], fit["losses"][-1]
+  falls = sum(p["difference"] < -2 * p["se"] for p in fit.get("paired_differences", []))
+  rises = sum(p["difference"] > 2 * p["se"] for p in fit.get("paired_differences", []))
+  steps = len(fit.get("paired_differences", []))
+  law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
+         f"(R^2 {fit['r2']:.3f})" if fit.get("resolved") else fit.get("verdict", "no fit"))
+  return (f"R_{fit['depths'][-1]} / R_{fit['depths'][0]} = {last / first:.3f}; of {steps} "
+          f"depth doublings {falls} fall and {rises} rise beyond 2 paired standard errors; "
+          f"{law}")
+
+
+def depth_table(results: dict) -> list[str]:
+  """Per model kind and depth: R_L, C_L, A_L - C_L, parameters, and m / rho where learned."""
+  lines = ["| model | depth | R_L (+- seed se) | C_L | A_L - C_L | parameters | m (seeds) | "
+           "rho of S_1 (R^2) |", "|---|---|---|---|---|---|---|---|"]
+  for fit in results["fits"]:
+    runs = report.runs_of(results, fit)
+    loss, shared, gap = (_clean_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
+    for depth in sorted(loss):
+      at = [r for r in analysis.clean_runs(runs) if r["depth"] == depth]
+      m_text = (", ".join(f"{r['m']:+.2f}" for r in at) if at and "m" in at[0] else "-")
+      rho_text = (f"{np.mean([r['first_layer_rho'] for r in at]):.3f} "
+                  f"({np.mean([r['first_layer_rho_r2'] for r in at]):.2f})"
+                  if at and "first_layer_rho" in at[0] else "-")
+      lines.append(f"| {fit['model']} | {depth} | {loss[depth][0]:.4g} +- {loss[depth][1]:.2g} "
+                   f"| {shared[depth][0]:.4g} | {gap[depth][0]:.4g} | "
+                   f"{at[0]['parameters'] if at else '-'} | {m_text} | {rho_text} |")
+  return lines
+
+
+def findings(all_results: dict[str, dict]) -> list[str]:
+  """One line per variant and task: our trend beside the paper's description."""
+  lines = ["| run | model | task | bound (best single cosine layer) | our depth trend | "
+           "the paper |", "|---|---|---|---|---|---|"]
+  for name, results in all_results.items():
+    for fit in results["fits"]:
+      bound = fit.get("bound") or {}
+      bound_text = f"{bound['single']:.4g}" if "single" in bound else "-"
+      lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
+                   f"{trend_sentence(fit)} | {PAPER.get(fit['model'], '-')} |")
+  return lines
+
+
+def m_summary(all_results: dict[str, dict]) -> list[str]:
+  """The learned context weight m of C.3 per task: seed means per depth."""
+  lines = []
+  for name, results in all_results.items():
+    runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
+    if not runs:
+      continue
+    means = _clean_means(runs, "m")
+    lines.append(f"- {name} (top-{runs[0]['k']}): m = " + ", ".join(
+        f"{means[d][0]:+.2f} (L={d})" for d in sorted(means)) + ".")
+  return lines
+
+
+def looped_summary(results: dict | None) -> list[str]:
+  """Looped against untied at equal depth and at equal parameter count."""
+  if results is None:
+    return ["Not run."]
+  fits = {f["model"]: f for f in results["fits"]}
+  if "looped" not in fits or "softmax" not in fits:
+    return ["The looped run lacks the looped or the untied grid."]
+  tied = {r["depth"]: r for r in analysis.clean_runs(report.runs_of(results, fits["looped"]))}
+  lines = ["| depth | looped R_L | parameters | untied R_L | parameters |", "|---|---|---|---|---|"]
+  tied_loss = _clean_means(report.runs_of(results, fits["looped"]), "eval_loss")
+  untied_loss = _clean_means(report.runs_of(results, fits["softmax"]), "eval_loss")
+  untied = {r["depth"]: r for r in analysis.clean_runs(report.runs_of(results, fits["softmax"]))}
+  for depth in sorted(set(tied_loss) | set(untied_loss)):
+    lines.append(
+        f"| {depth} | {tied_loss.get(depth, (np.nan,))[0]:.4g} | "
+        f"{tied[depth]['parameters'] if depth in tied else '-'} | "
+        f"{untied_loss.get(depth, (np.nan,))[0]:.4g} | "
+        f"{untied[depth]['parameters'] if depth in untied else '-'} |")
+  return lines
+
+
+def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
+  """Learned m against depth (every seed, both tasks) and the S_1 heatmaps of seed 0."""
+  panels = []
+  for name, results in all_results.items():
+    runs = [r for r in results["runs"]
+            if r["model"] == "context_updates" and "first_layer_attention" in r]
+    if runs:
+      panels.append((name, runs))
+  if not panels:
+    return False
+  depths = sorted({r["depth"] for _, runs in panels for r in runs})
+  fig, axes = plt.subplots(len(panels), len(depths) + 1,
+                           figsize=(2.2 * (len(depths) + 1), 2.4 * len(panels)), squeeze=False)
+  for row, (name, runs) in zip(axes, panels):
+    for r in runs:
+      row[0].plot(r["depth"], r["m"], "o", color=f"C{r['seed']}", ms=4)
+    row[0].set(xscale="log", xlabel="depth L", ylabel="learned m", title=name)
+    row[0].axhline(0.0, color="grey", lw=0.5)
+    for ax, depth in zip(row[1:], depths):
+      seed0 = [r for r in runs if r["depth"] == depth and r["seed"] == min(x["seed"] for x in runs)]
+      ax.axis("off")
+      if seed0:
+        ax.imshow(np.array(seed0[0]["first_layer_attention"]), cmap="viridis")
+        ax.set_title(f"S_1, L={depth}, rho={seed0[0]['first_layer_rho']:.2f}", fontsize=7)
+  report.save_figure(fig, path)
+  return True
+
+
+def plot_looped(results: dict, path: str) -> None:
+  """Loss against depth and against parameter count, looped beside untied."""
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  for fit in results["fits"]:
+    runs = analysis.clean_runs(report.runs_of(results, fit))
+    loss = _clean_means(runs, "eval_loss")
+    params = {r["depth"]: r["parameters"] for r in runs}
+    depths = sorted(loss)
+    axes[0].plot(depths, [loss[d][0] for d in depths], "o-", label=fit["model"])
+    axes[1].plot([params[d] for d in depths], [loss[d][0] for d in depths], "o-",
+                 label=fit["model"])
+  axes[0].set(xscale="log", xlabel="depth L", ylabel="R_L")
+  axes[1].set(xscale="log", xlabel="trained parameters", ylabel="R_L")
+  for ax in axes:
+    ax.legend(fontsize=7)
+  report.save_figure(fig, path)
+
+
+def write_generalized_report(root: str) -> str:
+  """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
+  all_results = load_results(root)
+  figures = os.path.join(root, "figures")
+  os.makedirs(figures, exist_ok=True)
+  lines = ["# Generalised models and looped layers", "",
+           "Every number comes from the runs under this directory (one experiment workdir each, "
+           "with its own report.md). Runs: " + ", ".join(
+               f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
+               if name in all_results else f"{name} (not run)" for name, _, _ in RUNS) + ".",
+           "", "## Depth trends beside the paper's description", ""]
+  lines += findings(all_results) if all_results else ["Nothing has run yet."]
+  lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
+            "below -2 paired standard errors. C.1 and C.3 are cascaded: their layer predictors "
+            "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
+            "", "## Learned context weight m (C.3)", ""]
+  lines += m_summary(all_results) or ["No context-updates run."]
+  lines += ["", "## Looped against untied", ""] + looped_summary(all_results.get("looped"))
+  figure_lines = ["", "## Figures", ""]
+  if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
+    figure_lines += ["Learned m against depth (a colour per seed) and the first layer's context "
+                     "attention S_1 (one context, the first 32 tokens; rho from the fit "
+                     "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
+                     "![context updates](figures/context_updates.png)", ""]
+  if "looped" in all_results:
+    plot_looped(all_results["looped"], os.path.join(figures, "looped.png"))
+    figure_lines += ["![looped](figures/looped.png)", ""]
+  for name, results in all_results.items():
+    lines += ["", f"## {name}", ""] + depth_table(results)
+    report.plot_depth_scaling(results, os.path.join(figures, f"{name}_depth.png"))
+    report.plot_decomposition(results, os.path.join(figures, f"{name}_decomposition.png"))
+    plot_training_curves(name, read_metrics(os.path.join(root, name)), results,
+                         os.path.join(figures, f"training_{name}.png"))
+    figure_lines += [f"{name}: depth curves (dashed: best single cosine layer), C_L and "
+                     f"A_L - C_L, training curves:", "", f"![{name}](figures/{name}_depth.png)",
+                     "", f"![{name} decomposition](figures/{name}_decomposition.png)", "",
+                     f"![{name} training](figures/training_{name}.png)", ""]
+  path = os.path.join(root, "report.md")
+  write_text_atomic(path, "\n".join(lines + figure_lines) + "\n")
+  return path
