@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/quick
 
-.PHONY: demo test test-all smoke bench clean regimes reproduce
+.PHONY: demo test test-all smoke bench clean regimes reproduce reproduce-generalized
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ smoke: $(VENV)/.installed
 TIER ?= cpu
 reproduce: $(VENV)/.installed
 	$(PY) -m experiments.reproduce --tier=$(TIER) --workdir=runs/reproduce
+
+# The generalised models (C.1-C.3) and looped layers at the cpu scale (README
+# "Generalised models"). Resumable.
+reproduce-generalized: $(VENV)/.installed
+	$(PY) -m experiments.reproduce --suite=generalized --workdir=runs/generalized
 
 bench: $(VENV)/.installed
 	$(PY) -m bench.run $(BENCH_FLAGS)

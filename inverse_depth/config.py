@@ -109,6 +109,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "W_x_init": (lambda v: v in W_X_INITS, f"one of {W_X_INITS}"),
     "qk_init": (lambda v: v in QK_INITS, f"one of {QK_INITS}"),
     "qk_init_scale": _POSITIVE,
+    "qk_init_depth_exponent": _real_in(0.0, 2.0, open_low=False, open_high=False),
     "qk_init_noise": _real_in(0.0, math.inf, open_low=False, open_high=True),
     "positive_gain": (lambda v: isinstance(v, bool), "True or False"),
     "loop_group": (lambda v: _is_int(v) and v >= 0,
@@ -250,7 +251,9 @@ def train_settings(config) -> TrainSettings:
 
 
 def init_scales(config) -> InitScales:
-  return InitScales(qk_scale=config.qk_init_scale, positive_gain=config.positive_gain,
+  return InitScales(qk_scale=config.qk_init_scale,
+                    qk_depth_exponent=config.qk_init_depth_exponent,
+                    positive_gain=config.positive_gain,
                     qk_init=config.qk_init, qk_noise=config.qk_init_noise,
                     W_x_init=config.W_x_init)
 

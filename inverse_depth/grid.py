@@ -93,6 +93,7 @@ class InitScales:
   Gaussian N x d matrix with N = d has W_x^T W_x spread from 0 to 4 N/d).
   """
   qk_scale: float = 1.0
+  qk_depth_exponent: float = 0.0  # a depth-L model starts at qk_scale L^(exponent / 2)
   positive_gain: bool = True
   qk_init: str = "random"  # one of QK_INITS
   qk_noise: float = 0.01  # "identity" only
@@ -111,7 +112,8 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
   per layer instead of one W_v (a per-layer leaf), and `positive_gain` flips the sign of each
   W_v^l whose gain g_l = W_o W_v^l W_y starts negative (W_o is left as drawn);
   "context_updates" adds the context-attention weight m = 0 (a per-model scalar), so that
-  it starts as the controlled model.
+  it starts as the controlled model. The query/key scale is qk_scale L^(qk_depth_exponent/2),
+  so each layer's bilinear form W_q^T W_k starts proportional to L^qk_depth_exponent.
   """
   k_x, k_y, k_v, k_o, k_q, k_k = jax.random.split(key, 6)
   W_x = jax.random.normal(k_x, (N, d)) / np.sqrt(d)
@@ -122,12 +124,13 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
     raise ValueError(f"W_x_init={scales.W_x_init!r}; allowed {W_X_INITS}")
   W_y = jax.random.normal(k_y, (N,))
   W_o = jax.random.normal(k_o, (N,)) / np.sqrt(N)
+  qk_scale = scales.qk_scale * depth ** (scales.qk_depth_exponent / 2)
   if scales.qk_init == "identity":
-    identity = scales.qk_scale * jnp.eye(N)
+    identity = qk_scale * jnp.eye(N)
     W_q = identity + scales.qk_noise * jax.random.normal(k_q, (depth, N, N))
     W_k = identity + scales.qk_noise * jax.random.normal(k_k, (depth, N, N))
   elif scales.qk_init == "random":
-    qk_std = scales.qk_scale / np.sqrt(N)
+    qk_std = qk_scale / np.sqrt(N)
     W_q = jax.random.normal(k_q, (depth, N, N)) * qk_std
     W_k = jax.random.normal(k_k, (depth, N, N)) * qk_std
   else:

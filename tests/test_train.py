@@ -342,6 +342,22 @@ def test_identity_init_starts_every_layer_near_the_identity():
   assert np.std(W_q - 0.7 * np.eye(N)) == pytest.approx(0.01, rel=0.3)
 
 
+@pytest.mark.parametrize("qk_init", ["identity", "random"])
+def test_depth_scaled_start_scales_each_layers_form_by_depth(qk_init):
+  """qk_depth_exponent = 1: the depth-L model's W_q, W_k are sqrt(L) times those of the
+  unscaled start (same draws), so every layer's W_q^T W_k is L times larger."""
+  layout = GridLayout((1, 2, 4))
+  plain, scaled = (init_grid(jax.random.key(0), layout, (0,), d=4, N=N, scales=InitScales(
+      qk_init=qk_init, qk_scale=0.7, qk_noise=0.0, qk_depth_exponent=exponent))
+                   for exponent in (0.0, 1.0))
+  depth_T = np.repeat(layout.depths, layout.depths)
+  for leaf in ("W_q", "W_k"):
+    np.testing.assert_allclose(np.asarray(scaled["layer"][leaf])[0],
+                               np.sqrt(depth_T)[:, None, None]
+                               * np.asarray(plain["layer"][leaf])[0], rtol=1e-6)
+  np.testing.assert_array_equal(scaled["model"]["W_x"], plain["model"]["W_x"])
+
+
 def test_cosine_schedule_trains_to_max_steps_and_ends_at_zero():
   """Non-stall schedules never freeze a model early; the cosine rate reaches 0."""
   from inverse_depth.train import learning_rate_schedule

@@ -97,6 +97,11 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.qk_init = "identity"
   # Scale of the query/key initialisation (see qk_init).
   config.qk_init_scale = 1.0
+  # A depth-L model starts with query/key scale qk_init_scale L^(exponent / 2), so each
+  # layer's form W_q^T W_k (the linear model's step kappa_l) starts ~ L^exponent; 1 makes
+  # the 1/L residual's layers start as L repeated depth-1 steps (0: the same start at
+  # every depth).
+  config.qk_init_depth_exponent = 0.0
   # Noise added to the identity start (qk_init = "identity" only).
   config.qk_init_noise = 0.01
   # Flip the sign of W_o where g = W_o W_v W_y starts negative (SPEC section 7); for
