@@ -16,32 +16,39 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench import flops, harness
+from inverse_depth.models import MODELS
 
 # Sizes per --size. `base`: the CPU-scale grid of the issue 3 benchmarks (the quick.py sizes of then).
 # `paper`: the paper-sized softmax grid of the `paper` figure (tiny off the accelerator sizes).
+# The grid of experiments/configs/generalized.py at C.3's batch (`kinds` figure).
+GENERALIZED_GRID = dict(depths=(1, 2, 4, 8, 16, 32), num_seeds=3, d=16, P=128, N=32, batch=64)
 TINY_PAPER = dict(depths=(1, 2, 4), num_seeds=1, d=8, P=16, N=16, batch=32)
 SIZES = {
     "quick": dict(matmul_n=1024, loop_depths=tuple(range(1, 5)), loop_seeds=1,
                   padding_depths=(1, 2, 4, 8, 16), scaling_layers=(64, 128, 256),
                   scaling_doublings=1, compile_models=(2, 8), steps=5, repeats=3,
+                  kinds=dict(depths=(1, 2, 4), num_seeds=1, d=16, P=32, N=32, batch=64),
                   paper=TINY_PAPER),
     "default": dict(matmul_n=2048, loop_depths=tuple(range(1, 9)), loop_seeds=1,
                     padding_depths=(1, 2, 4, 8, 16, 32, 64),
                     scaling_layers=(64, 128, 256, 512, 1024), scaling_doublings=1,
-                    compile_models=(2, 8, 32), steps=10, repeats=5, paper=TINY_PAPER),
+                    compile_models=(2, 8, 32), steps=10, repeats=5,
+                    kinds=GENERALIZED_GRID, paper=TINY_PAPER),
     "full": dict(matmul_n=2048, loop_depths=tuple(range(1, 65)), loop_seeds=4,
                  padding_depths=(1, 2, 4, 8, 16, 32, 64),
                  scaling_layers=(64, 128, 256, 512, 1024, 2048), scaling_doublings=3,
-                 compile_models=(2, 8, 32, 64), steps=10, repeats=5, paper=TINY_PAPER),
+                 compile_models=(2, 8, 32, 64), steps=10, repeats=5,
+                 kinds=GENERALIZED_GRID, paper=TINY_PAPER),
     "gpu": dict(matmul_n=8192, loop_depths=tuple(range(1, 9)), loop_seeds=1,
                 padding_depths=(1, 2, 4, 8, 16, 32, 64),
                 scaling_layers=(256, 512, 1024, 2048, 4096), scaling_doublings=2,
-                compile_models=(4, 16, 64), steps=20, repeats=5,
+                compile_models=(4, 16, 64), steps=20, repeats=5, kinds=GENERALIZED_GRID,
                 paper=dict(depths=tuple(2 ** i for i in range(9)), num_seeds=1, d=64, P=128,
                            N=128, batch=256)),
 }
 BASE = dict(d=16, P=32, N=32, batch=256, num_seeds=2, depths=(1, 2, 4, 8, 16))
-FIGURES = ("peak", "grid_vs_loop", "padding", "utilisation", "scaling", "compile", "paper")
+FIGURES = ("peak", "grid_vs_loop", "padding", "utilisation", "scaling", "compile", "kinds",
+           "paper")
 DEFAULT_FIGURES = FIGURES[:-1]
 
 
@@ -197,6 +204,16 @@ def compile_time(size) -> dict:
               exponent=harness.power_law_exponent(models, [r["compile_s"] for r in runs]))
 
 
+def kinds(size) -> dict:
+  """Step time of every model kind's grid at the same sizes, as a ratio to the controlled
+  softmax grid timed in the same run (context updates pay O(P^2 (d + L)) per layer)."""
+  sizes = size["kinds"]
+  seconds = {model: _timer(model, steps=size["steps"], **sizes).seconds_per_step(size["repeats"])
+             for model in MODELS}
+  return dict(**sizes, seconds_per_step=seconds,
+              ratio_to_softmax={m: s / seconds["softmax"] for m, s in seconds.items()})
+
+
 def paper(size, peaks: dict) -> dict:
   """Steps/s, model FLOP/s against each measured matmul peak, and device memory of the
   paper-sized softmax grid (the `paper` sizes; tiny off the accelerator)."""
@@ -263,6 +280,11 @@ def table(results: dict) -> str:
     c = figs["compile"]
     row(f"compile s for {c['runs'][0]['num_models']}..{c['runs'][-1]['num_models']} models",
         " / ".join(f"{r['compile_s']:.1f}" for r in c["runs"]), f"~ models^{c['exponent']:.2f}")
+  if "kinds" in figs:
+    k = figs["kinds"]
+    for model, ratio in k["ratio_to_softmax"].items():
+      row(f"step time {model} / softmax (P={k['P']}, B={k['batch']})", f"{ratio:.2f}",
+          f"{1e3 * k['seconds_per_step'][model]:.0f} ms a step")
   if "paper" in figs:
     p = figs["paper"]
     row(f"paper grid d{p['d']} P{p['P']} N{p['N']} B{p['batch']} T={p['total_layers']} steps/s",
@@ -309,7 +331,7 @@ def main() -> None:
       results["figures"]["paper"] = paper(size, results["figures"]["peak"])
     else:
       results["figures"][name] = {"grid_vs_loop": grid_vs_loop, "padding": padding,
-                                  "scaling": scaling, "compile": compile_time}[name](size)
+                                  "scaling": scaling, "compile": compile_time, "kinds": kinds}[name](size)
     results["wall_s"] = time.perf_counter() - start
     with open(args.out, "w") as f:
       json.dump(results, f, indent=1)
