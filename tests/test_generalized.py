@@ -456,13 +456,15 @@ def test_generalized_report(generalized_root):
 
 
 def test_generalized_suite_refuses_the_paper_tier(capsys):
-  from absl import flags
+  from absl import flags, logging
   from experiments import reproduce
   flags.FLAGS(["reproduce", "--suite=generalized", "--tier=paper"])
+  level = logging.get_absl_logger().level  # main() lowers it; later tests read INFO logs
   try:
     with pytest.raises(SystemExit) as exit_info:
       reproduce.main([])
   finally:
     flags.FLAGS.unparse_flags()
+    logging.get_absl_logger().setLevel(level)
   assert exit_info.value.code == 2
   assert "--tier=paper: the generalized suite has the cpu scale only" in capsys.readouterr().err
