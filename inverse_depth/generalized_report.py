@@ -56,12 +56,13 @@ def trend_sentence(fit: dict) -> str:
   if len(fit["losses"]) < 2:
     return "fewer than two clean depths"
   first, last = fit["losses"][0], fit["losses"][-1]
+  first_depth, last_depth = int(fit["depths"][0]), int(fit["depths"][-1])
   falls = sum(p["difference"] < -2 * p["se"] for p in fit.get("paired_differences", []))
   rises = sum(p["difference"] > 2 * p["se"] for p in fit.get("paired_differences", []))
   steps = len(fit.get("paired_differences", []))
   law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
          f"(R^2 {fit['r2']:.3f})" if fit.get("resolved") else fit.get("verdict", "no fit"))
-  return (f"R_{fit['depths'][-1]} / R_{fit['depths'][0]} = {last / first:.3f}; of {steps} "
+  return (f"R_{last_depth} / R_{first_depth} = {last / first:.3f}; of {steps} "
           f"depth doublings {falls} fall and {rises} rise beyond 2 paired standard errors; "
           f"{law}")
 
@@ -85,16 +86,34 @@ def depth_table(results: dict) -> list[str]:
   return lines
 
 
-def findings(all_results: dict[str, dict]) -> list[str]:
+def training_sentence(results: dict, metrics: list[dict], model: str) -> str:
+  """How a kind was trained, and how much its mean validation loss still fell over the last
+  evaluation interval (a model still falling there is under-trained)."""
+  config = results["config"]
+  own = dict(config, **config["model_overrides"].get(model, {}))
+  curve = [m for m in metrics if m["model"] == model and m.get("val_loss") is not None]
+  text = f"{own['max_steps']} steps, batch {own['batch_size']}"
+  if len(curve) >= 2:
+    before, after = (float(np.mean(m["val_loss"])) for m in curve[-2:])
+    text += (f"; mean validation loss {100 * (after / before - 1):+.1f}% over the last "
+             f"{curve[-1]['step'] - curve[-2]['step']} steps")
+  return text
+
+
+def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> list[str]:
   """One line per variant and task: our trend beside the paper's description."""
-  lines = ["| run | model | task | bound (best single cosine layer) | our depth trend | "
-           "the paper |", "|---|---|---|---|---|---|"]
+  lines = ["| run | model | task | bound (best single cosine layer) | training | flagged "
+           "models | our depth trend (clean models) | the paper |",
+           "|---|---|---|---|---|---|---|---|"]
   for name, results in all_results.items():
     for fit in results["fits"]:
       bound = fit.get("bound") or {}
       bound_text = f"{bound['single']:.4g}" if "single" in bound else "-"
+      total = len(report.runs_of(results, fit))
       lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
-                   f"{trend_sentence(fit)} | {PAPER.get(fit['model'], '-')} |")
+                   f"{training_sentence(results, metrics.get(name, []), fit['model'])} | "
+                   f"{len(fit.get('flagged') or [])} of {total} | {trend_sentence(fit)} | "
+                   f"{PAPER.get(fit['model'], '-')} |")
   return lines
 
 
@@ -181,6 +200,7 @@ def plot_looped(results: dict, path: str) -> None:
 def write_generalized_report(root: str) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
   all_results = load_results(root)
+  metrics = {name: read_metrics(os.path.join(root, name)) for name in all_results}
   figures = os.path.join(root, "figures")
   os.makedirs(figures, exist_ok=True)
   lines = ["# Generalised models and looped layers", "",
@@ -189,7 +209,7 @@ def write_generalized_report(root: str) -> str:
                f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
                if name in all_results else f"{name} (not run)" for name, _, _ in RUNS) + ".",
            "", "## Depth trends beside the paper's description", ""]
-  lines += findings(all_results) if all_results else ["Nothing has run yet."]
+  lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
             "below -2 paired standard errors. C.1 and C.3 are cascaded: their layer predictors "
             "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
@@ -209,7 +229,7 @@ def write_generalized_report(root: str) -> str:
     lines += ["", f"## {name}", ""] + depth_table(results)
     report.plot_depth_scaling(results, os.path.join(figures, f"{name}_depth.png"))
     report.plot_decomposition(results, os.path.join(figures, f"{name}_decomposition.png"))
-    plot_training_curves(name, read_metrics(os.path.join(root, name)), results,
+    plot_training_curves(name, metrics[name], results,
                          os.path.join(figures, f"training_{name}.png"))
     figure_lines += [f"{name}: depth curves (dashed: best single cosine layer), C_L and "
                      f"A_L - C_L, training curves:", "", f"![{name}](figures/{name}_depth.png)",
