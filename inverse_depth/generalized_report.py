@@ -47,7 +47,12 @@ def load_results(root: str) -> dict[str, dict]:
 
 def _clean_means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
   """depth -> (mean, standard error) over clean seeds of a run-record field."""
-  depths, means, errors = analysis.seed_means(analysis.clean_runs(runs), field)
+  return _means(analysis.clean_runs(runs), field)
+
+
+def _means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
+  """depth -> (mean, standard error) over the non-diverged seeds of a run-record field."""
+  depths, means, errors = analysis.seed_means(runs, field)
   return {d: (m, e) for d, m, e in zip(depths, means, errors)}
 
 
@@ -68,21 +73,23 @@ def trend_sentence(fit: dict) -> str:
 
 
 def depth_table(results: dict) -> list[str]:
-  """Per model kind and depth: R_L, C_L, A_L - C_L, parameters, and m / rho where learned."""
-  lines = ["| model | depth | R_L (+- seed se) | C_L | A_L - C_L | parameters | m (seeds) | "
-           "rho of S_1 (R^2) |", "|---|---|---|---|---|---|---|---|"]
+  """Per model kind and depth, over every non-diverged seed (flagged ones included, and
+  counted): R_L, C_L, A_L - C_L, parameters, and m / rho where learned."""
+  lines = ["| model | depth | R_L (+- seed se) | C_L | A_L - C_L | flagged | parameters | "
+           "m (seeds) | rho of S_1 (R^2) |", "|---|---|---|---|---|---|---|---|---|"]
   for fit in results["fits"]:
-    runs = report.runs_of(results, fit)
-    loss, shared, gap = (_clean_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
+    runs = [r for r in report.runs_of(results, fit) if not r["diverged"]]
+    loss, shared, gap = (_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
     for depth in sorted(loss):
-      at = [r for r in analysis.clean_runs(runs) if r["depth"] == depth]
-      m_text = (", ".join(f"{r['m']:+.2f}" for r in at) if at and "m" in at[0] else "-")
+      at = [r for r in runs if r["depth"] == depth]
+      m_text = ", ".join(f"{r['m']:+.2f}" for r in at) if "m" in at[0] else "-"
       rho_text = (f"{np.mean([r['first_layer_rho'] for r in at]):.3f} "
                   f"({np.mean([r['first_layer_rho_r2'] for r in at]):.2f})"
-                  if at and "first_layer_rho" in at[0] else "-")
+                  if "first_layer_rho" in at[0] else "-")
       lines.append(f"| {fit['model']} | {depth} | {loss[depth][0]:.4g} +- {loss[depth][1]:.2g} "
                    f"| {shared[depth][0]:.4g} | {gap[depth][0]:.4g} | "
-                   f"{at[0]['parameters'] if at else '-'} | {m_text} | {rho_text} |")
+                   f"{sum(bool(r.get('flagged')) for r in at)} of {len(at)} | "
+                   f"{at[0]['parameters']} | {m_text} | {rho_text} |")
   return lines
 
 
@@ -118,13 +125,14 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
 
 
 def m_summary(all_results: dict[str, dict]) -> list[str]:
-  """The learned context weight m of C.3 per task: seed means per depth."""
+  """The learned context weight m of C.3 per task: seed means per depth (every
+  non-diverged model, flagged ones included)."""
   lines = []
   for name, results in all_results.items():
     runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
     if not runs:
       continue
-    means = _clean_means(runs, "m")
+    means = _means(runs, "m")
     lines.append(f"- {name} (top-{runs[0]['k']}): m = " + ", ".join(
         f"{means[d][0]:+.2f} (L={d})" for d in sorted(means)) + ".")
   return lines
