@@ -13,7 +13,8 @@ Context updates cost O(P^2 (d + L)) per layer and context (S_l is P x P): at P =
 training step of the whole C.3 grid is ~70x the controlled model's (13 s against 0.18 s
 at batch 256, 2 CPU cores). So at the `cpu` scale C.3 trains with batch 64 for 1000 steps
 (1.8 s a step) and diagnoses 512 contexts (one backward pass per model); every other kind
-trains 2000 steps at batch 256. Runtime on 2 CPU cores: see results/generalized/README.md.
+trains 2000 steps at batch 256. Runtime on 2 shared CPU cores: 63 min (`cpu`), 43 min
+(`top16`). At this budget C.3 is still under-trained (BUILD_NOTES.md "Generalised models").
 """
 
 from experiments.configs import default
