@@ -7,16 +7,13 @@ numbers (fit, paired differences, learned m); the paper's description stands bes
 as text, never as an input.
 """
 
-import json
 import os
 
 import numpy as np
 
-from inverse_depth import analysis, report
+from inverse_depth import analysis, report, reproduction
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt
-from inverse_depth.reproduction import plot_training_curves
-from inverse_depth.workdir import RESULTS_FILE, read_metrics
 
 # (workdir name, config file, get_config argument) in the order they run.
 RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
@@ -36,13 +33,7 @@ PAPER = {
 
 def load_results(root: str) -> dict[str, dict]:
   """results.json of every run of RUNS present under `root`, by run name."""
-  found = {}
-  for name, _, _ in RUNS:
-    path = os.path.join(root, name, RESULTS_FILE)
-    if os.path.exists(path):
-      with open(path) as f:
-        found[name] = json.load(f)
-  return found
+  return reproduction.load_results(root, [name for name, _, _ in RUNS])
 
 
 def _clean_means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
@@ -207,10 +198,7 @@ def plot_looped(results: dict, path: str) -> None:
 
 def write_generalized_report(root: str) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
-  all_results = load_results(root)
-  metrics = {name: read_metrics(os.path.join(root, name)) for name in all_results}
-  figures = os.path.join(root, "figures")
-  os.makedirs(figures, exist_ok=True)
+  all_results, metrics, figures = reproduction.load_root(root, [name for name, _, _ in RUNS])
   lines = ["# Generalised models and looped layers", "",
            "Every number comes from the runs under this directory (one experiment workdir each, "
            "with its own report.md). Runs: " + ", ".join(
@@ -237,7 +225,7 @@ def write_generalized_report(root: str) -> str:
     lines += ["", f"## {name}", ""] + depth_table(results)
     report.plot_depth_scaling(results, os.path.join(figures, f"{name}_depth.png"))
     report.plot_decomposition(results, os.path.join(figures, f"{name}_decomposition.png"))
-    plot_training_curves(name, metrics[name], results,
+    reproduction.plot_training_curves(name, metrics[name], results,
                          os.path.join(figures, f"training_{name}.png"))
     figure_lines += [f"{name}: depth curves (dashed: best single cosine layer), C_L and "
                      f"A_L - C_L, training curves:", "", f"![{name}](figures/{name}_depth.png)",

@@ -26,10 +26,11 @@ RUNS = (("table1", "experiments/configs/table1.py"),
         ("table2", "experiments/configs/table2.py"))
 
 
-def load_results(root: str) -> dict[str, dict]:
-  """results.json of every run of RUNS present under `root`, by run name."""
+def load_results(root: str, names=tuple(name for name, _ in RUNS)) -> dict[str, dict]:
+  """results.json of every run named in `names` (default: RUNS) present under `root`, by run
+  name."""
   found = {}
-  for name, _ in RUNS:
+  for name in names:
     path = os.path.join(root, name, RESULTS_FILE)
     if os.path.exists(path):
       with open(path) as f:
@@ -400,12 +401,19 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
   report.save_figure(fig, path)
 
 
-def write_combined_report(root: str) -> str:
-  """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
-  all_results = load_results(root)
+def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]], str]:
+  """What a combined report reads: the results and metrics of each finished run in `names`,
+  and ROOT/figures (created)."""
+  all_results = load_results(root, names)
   metrics = {name: read_metrics(os.path.join(root, name)) for name in all_results}
   figures = os.path.join(root, "figures")
   os.makedirs(figures, exist_ok=True)
+  return all_results, metrics, figures
+
+
+def write_combined_report(root: str) -> str:
+  """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
+  all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
   table1 = all_results.get("table1")
   sections, checks = [], []
   for lines, found in (
