@@ -36,11 +36,6 @@ def load_results(root: str) -> dict[str, dict]:
   return reproduction.load_results(root, [name for name, _, _ in RUNS])
 
 
-def _clean_means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
-  """depth -> (mean, standard error) over clean seeds of a run-record field."""
-  return _means(analysis.clean_runs(runs), field)
-
-
 def _means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
   """depth -> (mean, standard error) over the non-diverged seeds of a run-record field."""
   depths, means, errors = analysis.seed_means(runs, field)
@@ -129,6 +124,13 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
   return lines
 
 
+def _loss_and_parameters(results: dict, fit: dict) -> dict[int, tuple[float, int]]:
+  """depth -> (mean R_L over clean seeds, parameters of one model) for one grid."""
+  runs = analysis.clean_runs(report.runs_of(results, fit))
+  loss = _means(runs, "eval_loss")
+  return {r["depth"]: (loss[r["depth"]][0], r["parameters"]) for r in runs}
+
+
 def looped_summary(results: dict | None) -> list[str]:
   """Looped against untied at equal depth and at equal parameter count."""
   if results is None:
@@ -136,17 +138,12 @@ def looped_summary(results: dict | None) -> list[str]:
   fits = {f["model"]: f for f in results["fits"]}
   if "looped" not in fits or "softmax" not in fits:
     return ["The looped run lacks the looped or the untied grid."]
-  tied = {r["depth"]: r for r in analysis.clean_runs(report.runs_of(results, fits["looped"]))}
+  tied, untied = (_loss_and_parameters(results, fits[m]) for m in ("looped", "softmax"))
   lines = ["| depth | looped R_L | parameters | untied R_L | parameters |", "|---|---|---|---|---|"]
-  tied_loss = _clean_means(report.runs_of(results, fits["looped"]), "eval_loss")
-  untied_loss = _clean_means(report.runs_of(results, fits["softmax"]), "eval_loss")
-  untied = {r["depth"]: r for r in analysis.clean_runs(report.runs_of(results, fits["softmax"]))}
-  for depth in sorted(set(tied_loss) | set(untied_loss)):
-    lines.append(
-        f"| {depth} | {tied_loss.get(depth, (np.nan,))[0]:.4g} | "
-        f"{tied[depth]['parameters'] if depth in tied else '-'} | "
-        f"{untied_loss.get(depth, (np.nan,))[0]:.4g} | "
-        f"{untied[depth]['parameters'] if depth in untied else '-'} |")
+  for depth in sorted(set(tied) | set(untied)):
+    cells = [f"{by_depth[depth][0]:.4g} | {by_depth[depth][1]}" if depth in by_depth
+             else "nan | -" for by_depth in (tied, untied)]
+    lines.append(f"| {depth} | {cells[0]} | {cells[1]} |")
   return lines
 
 
@@ -182,13 +179,11 @@ def plot_looped(results: dict, path: str) -> None:
   """Loss against depth and against parameter count, looped beside untied."""
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   for fit in results["fits"]:
-    runs = analysis.clean_runs(report.runs_of(results, fit))
-    loss = _clean_means(runs, "eval_loss")
-    params = {r["depth"]: r["parameters"] for r in runs}
-    depths = sorted(loss)
-    axes[0].plot(depths, [loss[d][0] for d in depths], "o-", label=fit["model"])
-    axes[1].plot([params[d] for d in depths], [loss[d][0] for d in depths], "o-",
-                 label=fit["model"])
+    by_depth = _loss_and_parameters(results, fit)
+    depths = sorted(by_depth)
+    losses = [by_depth[d][0] for d in depths]
+    axes[0].plot(depths, losses, "o-", label=fit["model"])
+    axes[1].plot([by_depth[d][1] for d in depths], losses, "o-", label=fit["model"])
   axes[0].set(xscale="log", xlabel="depth L", ylabel="R_L")
   axes[1].set(xscale="log", xlabel="trained parameters", ylabel="R_L")
   for ax in axes:
