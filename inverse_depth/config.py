@@ -111,6 +111,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "qk_init_scale": _POSITIVE,
     "qk_init_depth_exponent": _real_in(0.0, 2.0, open_low=False, open_high=False),
     "qk_init_noise": _real_in(0.0, math.inf, open_low=False, open_high=True),
+    "context_update_m_init": _real_in(-math.inf, math.inf, open_low=True, open_high=True),
     "positive_gain": (lambda v: isinstance(v, bool), "True or False"),
     "loop_group": (lambda v: _is_int(v) and v >= 0,
                    "an integer >= 0 (looped: layers per group sharing W_q, W_k; 0: one group)"),
@@ -255,7 +256,7 @@ def init_scales(config) -> InitScales:
                     qk_depth_exponent=config.qk_init_depth_exponent,
                     positive_gain=config.positive_gain,
                     qk_init=config.qk_init, qk_noise=config.qk_init_noise,
-                    W_x_init=config.W_x_init)
+                    W_x_init=config.W_x_init, m_init=config.context_update_m_init)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,6 +98,7 @@ class InitScales:
   qk_init: str = "random"  # one of QK_INITS
   qk_noise: float = 0.01  # "identity" only
   W_x_init: str = "gaussian"  # one of W_X_INITS
+  m_init: float = 0.0  # context_updates only: the starting context-attention weight m
 
 
 QK_INITS = ("random", "identity")
@@ -111,8 +112,8 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
   Every kind draws the controlled model's leaves. "per_layer_values" draws W_v^l ~ N(0, 1/N)
   per layer instead of one W_v (a per-layer leaf), and `positive_gain` flips the sign of each
   W_v^l whose gain g_l = W_o W_v^l W_y starts negative (W_o is left as drawn);
-  "context_updates" adds the context-attention weight m = 0 (a per-model scalar), so that
-  it starts as the controlled model. The query/key scale is qk_scale L^(qk_depth_exponent/2),
+  "context_updates" adds the context-attention weight m = `m_init` (a per-model scalar; 0
+  starts it as the controlled model, -1 as the mask of Bordelon et al.). The query/key scale is qk_scale L^(qk_depth_exponent/2),
   so each layer's bilinear form W_q^T W_k starts proportional to L^qk_depth_exponent.
   """
   k_x, k_y, k_v, k_o, k_q, k_k = jax.random.split(key, 6)
@@ -148,7 +149,7 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
     model_leaves["W_v"] = W_v
   model_leaves["W_o"] = W_o
   if model == "context_updates":
-    model_leaves["m"] = jnp.zeros(())
+    model_leaves["m"] = jnp.full((), scales.m_init, jnp.float32)
   return model_leaves, layer_leaves
 
 

@@ -107,6 +107,9 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Flip the sign of W_o where g = W_o W_v W_y starts negative (SPEC section 7); for
   # per_layer_values, the sign of each W_v^l where g_l = W_o W_v^l W_y starts negative.
   config.positive_gain = True
+  # context_updates only: the starting context-attention weight m (0: the controlled model;
+  # -1: the context-to-context mask of Bordelon et al.).
+  config.context_update_m_init = 0.0
   # Looped model only: W_q, W_k are shared by groups of this many consecutive layers (the
   # last group of a model may be shorter); 0 ties all layers of a model into one group.
   config.loop_group = 0

@@ -3,6 +3,7 @@ context updates (C.3) beside the controlled softmax model, on the same data.
 
     python -m experiments.run --config=experiments/configs/generalized.py --workdir=runs/generalized
     python -m experiments.run --config=experiments/configs/generalized.py:top16 --workdir=runs/generalized_top16
+    python -m experiments.run --config=experiments/configs/generalized.py:m_start_top16 --workdir=runs/m_start_top16
 
 Softmax sizes (d = 16, P = 128, N = 32), isotropic spectrum, top-2 (`cpu`, the default)
 or top-16 (`top16`: the controlled model and C.3 only), depths 1..32, 3 seeds, the
@@ -15,12 +16,17 @@ at batch 256, 2 CPU cores). So at the `cpu` scale C.3 trains with batch 64 for 1
 (1.8 s a step) and diagnoses 512 contexts (one backward pass per model); every other kind
 trains 2000 steps at batch 256. Runtime on 2 shared CPU cores: 63 min (`cpu`), 43 min
 (`top16`). At this budget C.3 is still under-trained (BUILD_NOTES.md "Generalised models").
+`m_start` (top-2) and `m_start_top16` train the controlled model and C.3 only, with C.3
+starting from m = -1 (the context-to-context mask of Bordelon et al.) instead of m = 0, for
+1500 steps: from m = 0 the trained models sit at a minimum of the loss in m near 0, so
+these variants ask whether the paper's negative m is a different basin reached from the
+Bordelon start.
 """
 
 from experiments.configs import default
 from inverse_depth.config import ConfigError
 
-VARIANTS = ("cpu", "top16")
+VARIANTS = ("cpu", "top16", "m_start", "m_start_top16")
 
 
 def get_config(variant: str = "cpu"):
@@ -28,9 +34,9 @@ def get_config(variant: str = "cpu"):
     raise ConfigError(f"config variant {variant!r} does not exist: allowed "
                       f"{', '.join(VARIANTS)}")
   config = default.get_config()
-  if variant == "top16":
+  if variant in ("top16", "m_start", "m_start_top16"):
     config.model = "softmax,context_updates"
-    config.k = 16
+    config.k = 16 if variant.endswith("top16") else 2
   else:
     config.model = "softmax,single_stream,per_layer_values,context_updates"
   config.depths = (1, 2, 4, 8, 16, 32)
@@ -45,4 +51,7 @@ def get_config(variant: str = "cpu"):
   config.model_overrides.context_updates = dict(
       batch_size=64, max_steps=1000, checkpoint_every=250, eval_chunk_size=512,
       diagnostic_size=512)
+  if variant.startswith("m_start"):
+    config.context_update_m_init = -1.0
+    config.model_overrides.context_updates.max_steps = 1500
   return config
