@@ -93,3 +93,12 @@ def uniform_mixture_fit(trace_B, square_B, P: int) -> dict:
   residual = mean_square - 2.0 * (rho * mean_trace + 1.0 - rho) + rho ** 2 * (P - 1) + 1.0
   total = mean_square - 1.0
   return dict(rho=rho, r2=1.0 - residual / total if total > 0 else float("nan"))
+
+
+def effective_context_step(model) -> float:
+  """m g_2 / g_1 with g_j = W_o W_v^j W_y (C.3): the context update's step in units of the
+  query path's gain. m alone has no sign: (W_v, W_o, m) -> (-W_v, -W_o, -m) leaves every
+  g_j m^(j-1), hence the output, unchanged, while this ratio is invariant (for W_v = w I it
+  is m w, the step of the mask of Bordelon et al. when negative)."""
+  value_y = model["W_v"] @ model["W_y"]
+  return float(model["m"] * (model["W_o"] @ model["W_v"] @ value_y) / (model["W_o"] @ value_y))

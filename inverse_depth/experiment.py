@@ -331,6 +331,9 @@ def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Arra
           diagnostic_contexts=found["contexts"])
       if "m" in state.params["model"]:  # context_updates: the learned context attention weight
         record["m"] = float(state.params["model"]["m"][r, members].mean())
+        record["m_effective"] = float(np.mean([diagnostics.effective_context_step(
+            jax.tree.map(lambda x: x[r, member], state.params["model"]))
+            for member in members]))
       if "context_attention_trace" in found:  # S_1 ~ rho I + (1 - rho) 11^T/P
         model = members[0]
         fit = diagnostics.uniform_mixture_fit(found["context_attention_trace"][s, model],

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, experiment, generalized_report, tasks
+from inverse_depth import analysis, diagnostics, experiment, generalized_report, tasks
 from inverse_depth import config as config_lib
 from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
 from inverse_depth.models import (CONTEXT_ATTENTION, LAYER_PREDICTIONS, TEST_ATTENTION,
@@ -182,6 +182,27 @@ def test_context_updates_equals_token_space_reference(x64, task):
   change_TB = np.abs(np.asarray(f_TB - _predict("context_updates", at_zero, batch, layout)))
   assert change_TB[layout.layer_slice(0)].max() == 0.0  # one layer: m never enters
   assert change_TB[layout.layer_slice(1)].max() > 1e-2 * np.abs(np.asarray(f_TB)).max()
+
+
+def test_context_updates_output_and_effective_step_ignore_the_sign_of_m(x64):
+  """(W_v, W_o, m) -> (-W_v, -W_o, -m) keeps every layer predictor and m g_2 / g_1, so m's
+  sign alone means nothing; the ratio flips with m when only m flips."""
+  layout, batch = GridLayout(DEPTHS), _batch()
+  params = _params("context_updates", layout)
+  params["model"]["m"] = jnp.array([0.7, -0.9, 1.6])
+  flipped = dict(params, model=dict(params["model"], W_v=-params["model"]["W_v"],
+                                    W_o=-params["model"]["W_o"], m=-params["model"]["m"]))
+  np.testing.assert_allclose(_predict("context_updates", flipped, batch, layout),
+                             _predict("context_updates", params, batch, layout), rtol=RTOL)
+  for m in range(1, layout.num_models):
+    model, _ = _model(params, layout, m)
+    flipped_model, _ = _model(flipped, layout, m)
+    step = diagnostics.effective_context_step(model)
+    assert step == pytest.approx(diagnostics.effective_context_step(flipped_model), rel=1e-12)
+    assert diagnostics.effective_context_step(dict(model, m=-model["m"])) == pytest.approx(-step)
+    gains = [model["W_o"] @ np.linalg.matrix_power(model["W_v"], j) @ model["W_y"]
+             for j in (1, 2)]
+    assert step == pytest.approx(float(model["m"]) * gains[1] / gains[0], rel=1e-12)
 
 
 # --- C.1 single stream ---------------------------------------------------------------------
