@@ -18,6 +18,8 @@ from inverse_depth.report import plt
 # (workdir name, config file, get_config argument) in the order they run.
 RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
         ("generalized_top16", "experiments/configs/generalized.py", "top16"),
+        ("m_start_top16", "experiments/configs/generalized.py", "m_start_top16"),
+        ("m_start", "experiments/configs/generalized.py", "m_start"),
         ("looped", "experiments/configs/looped.py", None))
 
 # What the paper says about each variant (SPEC section 4), shown beside our numbers.
@@ -60,22 +62,24 @@ def trend_sentence(fit: dict) -> str:
 
 def depth_table(results: dict) -> list[str]:
   """Per model kind and depth, over every non-diverged seed (flagged ones included, and
-  counted): R_L, C_L, A_L - C_L, parameters, and m / rho where learned."""
+  counted): R_L, C_L, A_L - C_L, parameters, and m, m g_2/g_1 and rho where learned."""
   lines = ["| model | depth | R_L (+- seed se) | C_L | A_L - C_L | flagged | parameters | "
-           "m (seeds) | rho of S_1 (R^2) |", "|---|---|---|---|---|---|---|---|---|"]
+           "m (seeds) | m g_2/g_1 (seeds) | rho of S_1 (R^2) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for fit in results["fits"]:
     runs = [r for r in report.runs_of(results, fit) if not r["diverged"]]
     loss, shared, gap = (_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
     for depth in sorted(loss):
       at = [r for r in runs if r["depth"] == depth]
-      m_text = ", ".join(f"{r['m']:+.2f}" for r in at) if "m" in at[0] else "-"
+      m_text, step_text = (", ".join(f"{r[field]:+.2f}" for r in at) if field in at[0] else "-"
+                           for field in ("m", "m_effective"))
       rho_text = (f"{np.mean([r['first_layer_rho'] for r in at]):.3f} "
                   f"({np.mean([r['first_layer_rho_r2'] for r in at]):.2f})"
                   if "first_layer_rho" in at[0] else "-")
       lines.append(f"| {fit['model']} | {depth} | {loss[depth][0]:.4g} +- {loss[depth][1]:.2g} "
                    f"| {shared[depth][0]:.4g} | {gap[depth][0]:.4g} | "
                    f"{sum(bool(r.get('flagged')) for r in at)} of {len(at)} | "
-                   f"{at[0]['parameters']} | {m_text} | {rho_text} |")
+                   f"{at[0]['parameters']} | {m_text} | {step_text} | {rho_text} |")
   return lines
 
 
@@ -111,16 +115,21 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
 
 
 def m_summary(all_results: dict[str, dict]) -> list[str]:
-  """The learned context weight m of C.3 per task: seed means per depth (every
-  non-diverged model, flagged ones included)."""
+  """The learned context weight m of C.3 per run and its sign-free form m g_2/g_1
+  (diagnostics.effective_context_step): seed means per depth (every non-diverged model,
+  flagged ones included)."""
   lines = []
   for name, results in all_results.items():
     runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
     if not runs:
       continue
-    means = _means(runs, "m")
-    lines.append(f"- {name} (top-{runs[0]['k']}): m = " + ", ".join(
-        f"{means[d][0]:+.2f} (L={d})" for d in sorted(means)) + ".")
+    start = results["config"].get("context_update_m_init", 0.0)
+    text = f"- {name} (top-{runs[0]['k']}, m starts at {start:g}): m = " + ", ".join(
+        f"{m:+.2f} (L={d})" for d, (m, _) in sorted(_means(runs, "m").items()))
+    if "m_effective" in runs[0]:
+      text += "; m g_2/g_1 = " + ", ".join(
+          f"{m:+.2f}" for _, (m, _) in sorted(_means(runs, "m_effective").items()))
+    lines.append(text + ".")
   return lines
 
 
@@ -163,7 +172,9 @@ def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
   for row, (name, runs) in zip(axes, panels):
     for r in runs:
       row[0].plot(r["depth"], r["m"], "o", color=f"C{r['seed']}", ms=4)
-    row[0].set(xscale="log", xlabel="depth L", ylabel="learned m", title=name)
+      if "m_effective" in r:
+        row[0].plot(r["depth"], r["m_effective"], "x", color=f"C{r['seed']}", ms=5)
+    row[0].set(xscale="log", xlabel="depth L", ylabel="m (o), m g_2/g_1 (x)", title=name)
     row[0].axhline(0.0, color="grey", lw=0.5)
     for ax, depth in zip(row[1:], depths):
       seed0 = [r for r in runs if r["depth"] == depth and r["seed"] == min(x["seed"] for x in runs)]
@@ -209,7 +220,8 @@ def write_generalized_report(root: str) -> str:
   lines += ["", "## Looped against untied", ""] + looped_summary(all_results.get("looped"))
   figure_lines = ["", "## Figures", ""]
   if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
-    figure_lines += ["Learned m against depth (a colour per seed) and the first layer's context "
+    figure_lines += ["Learned m (o) and its sign-free form m g_2/g_1 (x) against depth (a colour "
+                     "per seed), and the first layer's context "
                      "attention S_1 (one context, the first 32 tokens; rho from the fit "
                      "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
                      "![context updates](figures/context_updates.png)", ""]

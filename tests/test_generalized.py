@@ -452,6 +452,7 @@ def test_generalized_configs_run_end_to_end(generalized_root):
     assert {f["model"] for f in results["fits"]} == set(config["model"].split(","))
     for record in results["runs"]:
       assert ("m" in record) == (record["model"] == "context_updates")
+      assert ("m_effective" in record) == (record["model"] == "context_updates")
       assert ("first_layer_rho" in record) == (record["model"] == "context_updates")
       assert record["parameters"] > 0
       if record["model"] == "context_updates":
@@ -469,7 +470,9 @@ def test_generalized_report(generalized_root):
   for model in ("single_stream", "per_layer_values", "context_updates", "looped"):
     assert f"| {model} |" in text, model
   assert "(not run)" not in text
-  assert "- generalized_top16 (top-16): m = " in text
+  assert "- generalized_top16 (top-16, m starts at 0): m = " in text
+  assert "- m_start (top-2, m starts at -1): m = " in text
+  assert "; m g_2/g_1 = " in text
   assert "| depth | looped R_L | parameters | untied R_L | parameters |" in text
   for figure in ("context_updates", "looped", "generalized_depth", "generalized_decomposition",
                  "training_generalized_top16", "looped_depth"):
