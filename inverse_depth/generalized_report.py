@@ -133,6 +133,27 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
   return lines
 
 
+def m_profile_table(all_results: dict[str, dict]) -> list[str]:
+  """Loss along m at every trained depth (seed means of the run records' `m_profile`: every
+  other weight as trained), and where along the offsets it is lowest."""
+  lines = []
+  for name, results in all_results.items():
+    runs = [r for r in results["runs"] if "m_profile" in r and not r["diverged"]]
+    if not runs:
+      continue
+    offsets = runs[0]["m_profile"]["offsets"]
+    if not lines:
+      lines = ["| run | depth | learned m | " + " | ".join(f"m {o:+g}" for o in offsets)
+               + " | lowest at |", "|---|---|---|" + "---|" * len(offsets) + "---|"]
+    for depth in sorted({r["depth"] for r in runs}):
+      at = [r for r in runs if r["depth"] == depth]
+      loss = np.mean([r["m_profile"]["loss"] for r in at], axis=0)
+      lines.append(f"| {name} | {depth} | {np.mean([r['m'] for r in at]):+.2f} | "
+                   + " | ".join(f"{x:.4g}" for x in loss)
+                   + f" | m {offsets[int(np.argmin(loss))]:+g} |")
+  return lines
+
+
 def _loss_and_parameters(results: dict, fit: dict) -> dict[int, tuple[float, int]]:
   """depth -> (mean R_L over clean seeds, parameters of one model) for one grid."""
   runs = analysis.clean_runs(report.runs_of(results, fit))
@@ -217,6 +238,11 @@ def write_generalized_report(root: str) -> str:
             "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
             "", "## Learned context weight m (C.3)", ""]
   lines += m_summary(all_results) or ["No context-updates run."]
+  profile = m_profile_table(all_results)
+  if profile:
+    lines += ["", "Loss on the diagnosed contexts with m moved from its learned value, every "
+              "other trained weight fixed (seed means; at L = 1 m never enters). A learned m "
+              "at a minimum along m has its lowest loss at offset +0:", ""] + profile
   lines += ["", "## Looped against untied", ""] + looped_summary(all_results.get("looped"))
   figure_lines = ["", "## Figures", ""]
   if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):

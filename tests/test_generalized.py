@@ -460,6 +460,12 @@ def test_generalized_configs_run_end_to_end(generalized_root):
         heatmap = np.array(record["first_layer_attention"])
         assert heatmap.shape == (min(config["sizes"]["context_updates"]["P"], 32),) * 2
         assert np.all(heatmap >= 0.0)
+        profile = np.array(record["m_profile"]["loss"])
+        assert profile.shape == (len(experiment.M_PROFILE_OFFSETS),)
+        if record["depth"] == 1:  # one layer: m never enters
+          np.testing.assert_array_equal(profile, profile[0])
+        else:
+          assert np.ptp(profile) > 1e-6 * profile.min()
 
 
 def test_generalized_report(generalized_root):
@@ -473,6 +479,7 @@ def test_generalized_report(generalized_root):
   assert "- generalized_top16 (top-16, m starts at 0): m = " in text
   assert "- m_start (top-2, m starts at -1): m = " in text
   assert "; m g_2/g_1 = " in text
+  assert "| m_start_top16 | 2 | " in text  # the loss-along-m table
   assert "| depth | looped R_L | parameters | untied R_L | parameters |" in text
   for figure in ("context_updates", "looped", "generalized_depth", "generalized_decomposition",
                  "training_generalized_top16", "looped_depth"):
