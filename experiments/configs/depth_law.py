@@ -19,9 +19,9 @@ def get_config():
   config.sizes.softmax.update(d=16, P=128, N=32)
   config.depths = (1, 2, 4, 8, 16, 32, 64)
   config.num_seeds = 3
-  config.learning_rate = 3e-3
+  config.learning_rate = 1e-3
   config.warmup_steps = 200
-  config.max_steps = 3000
+  config.max_steps = 6000
   config.eval_every = 250
   config.checkpoint_every = 500
   config.val_size = 2048
