@@ -97,8 +97,8 @@ def uniform_mixture_fit(trace_B, square_B, P: int) -> dict:
 
 def effective_context_step(model) -> float:
   """m g_2 / g_1 with g_j = W_o W_v^j W_y (C.3): the context update's step in units of the
-  query path's gain. m alone has no sign: (W_v, W_o, m) -> (-W_v, -W_o, -m) leaves every
-  g_j m^(j-1), hence the output, unchanged, while this ratio is invariant (for W_v = w I it
-  is m w, the step of the mask of Bordelon et al. when negative)."""
+  query path's gain. m alone is not identifiable: the output depends on m only through
+  g_{j+1} m^j, so (W_v, W_o, m) -> (c W_v, W_o / c, m / c) leaves it unchanged for every
+  c != 0 (sign and size of m), while this ratio is invariant (for W_v = w I it is m w)."""
   value_y = model["W_v"] @ model["W_y"]
   return float(model["m"] * (model["W_o"] @ model["W_v"] @ value_y) / (model["W_o"] @ value_y))

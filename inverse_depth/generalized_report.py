@@ -143,14 +143,15 @@ def m_profile_table(all_results: dict[str, dict]) -> list[str]:
       continue
     offsets = runs[0]["m_profile"]["offsets"]
     if not lines:
-      lines = ["| run | depth | learned m | " + " | ".join(f"m {o:+g}" for o in offsets)
+      lines = ["| run | depth | learned m | " + " | ".join(f"offset {o:+g}" for o in offsets)
                + " | lowest at |", "|---|---|---|" + "---|" * len(offsets) + "---|"]
     for depth in sorted({r["depth"] for r in runs}):
       at = [r for r in runs if r["depth"] == depth]
       loss = np.mean([r["m_profile"]["loss"] for r in at], axis=0)
       lines.append(f"| {name} | {depth} | {np.mean([r['m'] for r in at]):+.2f} | "
                    + " | ".join(f"{x:.4g}" for x in loss)
-                   + f" | m {offsets[int(np.argmin(loss))]:+g} |")
+                   + (" | flat (m never enters) |" if np.ptp(loss) <= 1e-9 * loss.min()
+                      else f" | offset {offsets[int(np.argmin(loss))]:+g} |"))
   return lines
 
 
@@ -236,13 +237,17 @@ def write_generalized_report(root: str) -> str:
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
             "below -2 paired standard errors. C.1 and C.3 are cascaded: their layer predictors "
             "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
-            "", "## Learned context weight m (C.3)", ""]
+            "", "## Learned context weight m (C.3)", "",
+            "m alone is not identifiable: the output depends on m only through g_{j+1} m^j "
+            "(g_j = W_o W_v^j W_y), so (W_v, W_o, m) -> (c W_v, W_o / c, m / c) leaves every "
+            "prediction unchanged for any c != 0 (tests/test_generalized.py). The invariant "
+            "m g_2/g_1 stands beside it.", ""]
   lines += m_summary(all_results) or ["No context-updates run."]
   profile = m_profile_table(all_results)
   if profile:
     lines += ["", "Loss on the diagnosed contexts with m moved from its learned value, every "
-              "other trained weight fixed (seed means; at L = 1 m never enters). A learned m "
-              "at a minimum along m has its lowest loss at offset +0:", ""] + profile
+              "other trained weight fixed (seed means). A learned m at a minimum along m has "
+              "its lowest loss at offset +0:", ""] + profile
   lines += ["", "## Looped against untied", ""] + looped_summary(all_results.get("looped"))
   figure_lines = ["", "## Figures", ""]
   if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):

@@ -184,22 +184,26 @@ def test_context_updates_equals_token_space_reference(x64, task):
   assert change_TB[layout.layer_slice(1)].max() > 1e-2 * np.abs(np.asarray(f_TB)).max()
 
 
-def test_context_updates_output_and_effective_step_ignore_the_sign_of_m(x64):
-  """(W_v, W_o, m) -> (-W_v, -W_o, -m) keeps every layer predictor and m g_2 / g_1, so m's
-  sign alone means nothing; the ratio flips with m when only m flips."""
+@pytest.mark.parametrize("scale", [-1.0, 2.5])
+def test_context_updates_output_and_effective_step_ignore_the_size_of_m(x64, scale):
+  """(W_v, W_o, m) -> (c W_v, W_o / c, m / c) keeps every layer predictor and m g_2 / g_1,
+  so m alone (its sign or its size) means nothing; the ratio scales with m when only m
+  moves."""
   layout, batch = GridLayout(DEPTHS), _batch()
   params = _params("context_updates", layout)
   params["model"]["m"] = jnp.array([0.7, -0.9, 1.6])
-  flipped = dict(params, model=dict(params["model"], W_v=-params["model"]["W_v"],
-                                    W_o=-params["model"]["W_o"], m=-params["model"]["m"]))
-  np.testing.assert_allclose(_predict("context_updates", flipped, batch, layout),
+  moved = dict(params, model=dict(params["model"], W_v=scale * params["model"]["W_v"],
+                                  W_o=params["model"]["W_o"] / scale,
+                                  m=params["model"]["m"] / scale))
+  np.testing.assert_allclose(_predict("context_updates", moved, batch, layout),
                              _predict("context_updates", params, batch, layout), rtol=RTOL)
   for m in range(1, layout.num_models):
     model, _ = _model(params, layout, m)
-    flipped_model, _ = _model(flipped, layout, m)
+    moved_model, _ = _model(moved, layout, m)
     step = diagnostics.effective_context_step(model)
-    assert step == pytest.approx(diagnostics.effective_context_step(flipped_model), rel=1e-12)
-    assert diagnostics.effective_context_step(dict(model, m=-model["m"])) == pytest.approx(-step)
+    assert step == pytest.approx(diagnostics.effective_context_step(moved_model), rel=1e-12)
+    assert diagnostics.effective_context_step(dict(model, m=2 * model["m"])) == pytest.approx(
+        2 * step)
     gains = [model["W_o"] @ np.linalg.matrix_power(model["W_v"], j) @ model["W_y"]
              for j in (1, 2)]
     assert step == pytest.approx(float(model["m"]) * gains[1] / gains[0], rel=1e-12)
@@ -480,6 +484,7 @@ def test_generalized_report(generalized_root):
   assert "- m_start (top-2, m starts at -1): m = " in text
   assert "; m g_2/g_1 = " in text
   assert "| m_start_top16 | 2 | " in text  # the loss-along-m table
+  assert "| flat (m never enters) |" in text
   assert "| depth | looped R_L | parameters | untied R_L | parameters |" in text
   for figure in ("context_updates", "looped", "generalized_depth", "generalized_decomposition",
                  "training_generalized_top16", "looped_depth"):
