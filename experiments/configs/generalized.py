@@ -16,11 +16,12 @@ at batch 256, 2 CPU cores). So at the `cpu` scale C.3 trains with batch 64 for 1
 (1.8 s a step) and diagnoses 512 contexts (one backward pass per model); every other kind
 trains 2000 steps at batch 256. Runtime on 2 shared CPU cores: 63 min (`cpu`), 43 min
 (`top16`). At this budget C.3 is still under-trained (BUILD_NOTES.md "Generalised models").
-`m_start` (top-2) and `m_start_top16` train the controlled model and C.3 only, with C.3
-starting from m = -1 (the context-to-context mask of Bordelon et al.) instead of m = 0, for
-1500 steps: from m = 0 the trained models sit at a minimum of the loss in m near 0, so
-these variants ask whether the paper's negative m is a different basin reached from the
-Bordelon start.
+`m_start_top16` (65 min) and `m_start` (top-2, about 2 h) train the controlled model and
+C.3 only, with C.3 starting from m = -1 (the context-to-context mask of Bordelon et al.)
+instead of m = 0, for 1500 and 4000 steps: from m = 0, m stays near 0 and the context
+updates stay nearly off (m is unidentifiable up to a rescaling of W_v, so it keeps its
+start; BUILD_NOTES.md "Generalised models"). `m_start` is the top-2 trend with the context
+updates on and the longer budget the under-trained 1000-step grid lacked.
 """
 
 from experiments.configs import default
@@ -53,5 +54,5 @@ def get_config(variant: str = "cpu"):
       diagnostic_size=512)
   if variant.startswith("m_start"):
     config.context_update_m_init = -1.0
-    config.model_overrides.context_updates.max_steps = 1500
+    config.model_overrides.context_updates.max_steps = 1500 if variant.endswith("top16") else 4000
   return config
