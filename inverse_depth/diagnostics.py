@@ -102,3 +102,20 @@ def effective_context_step(model) -> float:
   c != 0 (sign and size of m), while this ratio is invariant (for W_v = w I it is m w)."""
   value_y = model["W_v"] @ model["W_y"]
   return float(model["m"] * (model["W_o"] @ model["W_v"] @ value_y) / (model["W_o"] @ value_y))
+
+
+# C.3: the loss is re-evaluated with m moved by these offsets, every other trained weight
+# fixed (run record `m_profile`): is the learned m a minimum along m, and how deep?
+M_OFFSETS = (-2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0)
+
+
+def loss_along_m(predict: Callable, params, target_B, weights_VT) -> np.ndarray:
+  """Mean squared error of every view with every model's m moved by each of M_OFFSETS, all
+  other weights as trained: [seeds, V, offsets]. `predict(params)` gives the per-layer
+  predictions [seeds, T, B] on the contexts whose targets are `target_B`."""
+  losses = []
+  for offset in M_OFFSETS:
+    moved = dict(params, model=dict(params["model"], m=params["model"]["m"] + offset))
+    views_SVB = np.einsum("vt,stb->svb", np.asarray(weights_VT), predict(moved))
+    losses.append(np.mean((views_SVB - np.asarray(target_B)) ** 2, axis=-1))
+  return np.stack(losses, axis=-1)

@@ -88,9 +88,6 @@ def _root_keys(seed: int) -> dict[str, jax.Array]:
 THEORY_STREAM = 5  # fold_in index of the theory bounds' key (the four streams above are split)
 BOUND_CHUNK_FLOATS = 2 ** 25  # context inputs per Monte Carlo chunk of a bound (memory)
 SELECTION_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
-# C.3: the loss is re-evaluated with m moved by these offsets, every other trained weight
-# fixed (run record `m_profile`): is the learned m a minimum along m, and how deep?
-M_PROFILE_OFFSETS = (-2.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.0)
 
 
 def grid_name(model: str, a: float, b: float) -> str:
@@ -176,7 +173,7 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
   losses [seeds, V, D] and their zero-predictor values [D] (means over those contexts; models
   linear in the labels), selection errors [seeds, V, n] (attention models), the first
   layer's tr S_1 and |S_1|_F^2 [seeds, M, n] and one context's S_1 block (context
-  attention), the loss with m moved by each of M_PROFILE_OFFSETS [seeds, V, offsets]
+  attention), the loss with m moved by each of diagnostics.M_OFFSETS [seeds, V, offsets]
   (models with a learned m), and n.
   """
   problem = trainer.problem
@@ -195,8 +192,9 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
       diagnosed.append(jax.tree.map(np.asarray, trainer.diagnostics(
           params, chunk, _context_rotations(chunk_keys, problem.d), spectrum, weights_VT)))
       if "m" in params["model"]:
-        diagnosed[-1]["m_profile_loss"] = _m_profile(trainer, params, chunk, spectrum,
-                                                     weights_VT)
+        diagnosed[-1]["m_profile_loss"] = diagnostics.loss_along_m(
+            lambda moved: trainer.predict(moved, chunk, len(chunk_keys), spectrum), params,
+            chunk.target_B, weights_VT)
       counts.append(float(len(chunk_keys)))
   found = dict(contexts=int(sum(counts)))
   if diagnosed and "modewise_loss" in diagnosed[0]:
@@ -215,19 +213,6 @@ def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size
                  context_attention_heatmap=diagnosed[0]["context_attention_heatmap"])
   return (np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels),
           found)
-
-
-def _m_profile(trainer: GridTrainer, params, chunk: tasks.Batch, spectrum: int,
-               weights_VT: jax.Array) -> np.ndarray:
-  """Mean squared error of every view on `chunk` with every model's m moved by each of
-  M_PROFILE_OFFSETS, all other weights as trained: [seeds, V, offsets]."""
-  losses = []
-  for offset in M_PROFILE_OFFSETS:
-    moved = dict(params, model=dict(params["model"], m=params["model"]["m"] + offset))
-    preds_STB = trainer.predict(moved, chunk, chunk.target_B.shape[0], spectrum)
-    views_SVB = np.einsum("vt,stb->svb", np.asarray(weights_VT), preds_STB)
-    losses.append(np.mean((views_SVB - np.asarray(chunk.target_B)) ** 2, axis=-1))
-  return np.stack(losses, axis=-1)
 
 
 def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
@@ -357,7 +342,7 @@ def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Arra
         record["m_effective"] = float(np.mean([diagnostics.effective_context_step(
             jax.tree.map(lambda x: x[r, member], state.params["model"]))
             for member in members]))
-        record["m_profile"] = dict(offsets=list(M_PROFILE_OFFSETS),
+        record["m_profile"] = dict(offsets=list(diagnostics.M_OFFSETS),
                                    loss=found["m_profile_loss"][s, i].tolist())
       if "context_attention_trace" in found:  # S_1 ~ rho I + (1 - rho) 11^T/P
         model = members[0]

@@ -465,7 +465,7 @@ def test_generalized_configs_run_end_to_end(generalized_root):
         assert heatmap.shape == (min(config["sizes"]["context_updates"]["P"], 32),) * 2
         assert np.all(heatmap >= 0.0)
         profile = np.array(record["m_profile"]["loss"])
-        assert profile.shape == (len(experiment.M_PROFILE_OFFSETS),)
+        assert profile.shape == (len(diagnostics.M_OFFSETS),)
         if record["depth"] == 1:  # one layer: m never enters
           np.testing.assert_array_equal(profile, profile[0])
         else:
