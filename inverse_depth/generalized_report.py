@@ -115,7 +115,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
 
 
 def m_summary(all_results: dict[str, dict]) -> list[str]:
-  """The learned context weight m of C.3 per run and its sign-free form m g_2/g_1
+  """The learned context weight m of C.3 per run and its invariant m g_2/g_1
   (diagnostics.effective_context_step): seed means per depth (every non-diverged model,
   flagged ones included)."""
   lines = []
@@ -251,7 +251,7 @@ def write_generalized_report(root: str) -> str:
   lines += ["", "## Looped against untied", ""] + looped_summary(all_results.get("looped"))
   figure_lines = ["", "## Figures", ""]
   if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
-    figure_lines += ["Learned m (o) and its sign-free form m g_2/g_1 (x) against depth (a colour "
+    figure_lines += ["Learned m (o) and its invariant m g_2/g_1 (x) against depth (a colour "
                      "per seed), and the first layer's context "
                      "attention S_1 (one context, the first 32 tokens; rho from the fit "
                      "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
