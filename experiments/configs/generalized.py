@@ -27,7 +27,13 @@ updates on and the longer budget the under-trained 1000-step grid lacked.
 from experiments.configs import default
 from inverse_depth.config import ConfigError
 
-VARIANTS = ("cpu", "top16", "m_start", "m_start_top16")
+# variant -> (model kinds, k, C.3's starting m, C.3's training steps)
+VARIANTS = {
+    "cpu": ("softmax,single_stream,per_layer_values,context_updates", 2, 0.0, 1000),
+    "top16": ("softmax,context_updates", 16, 0.0, 1000),
+    "m_start": ("softmax,context_updates", 2, -1.0, 4000),
+    "m_start_top16": ("softmax,context_updates", 16, -1.0, 1500),
+}
 
 
 def get_config(variant: str = "cpu"):
@@ -35,11 +41,7 @@ def get_config(variant: str = "cpu"):
     raise ConfigError(f"config variant {variant!r} does not exist: allowed "
                       f"{', '.join(VARIANTS)}")
   config = default.get_config()
-  if variant in ("top16", "m_start", "m_start_top16"):
-    config.model = "softmax,context_updates"
-    config.k = 16 if variant.endswith("top16") else 2
-  else:
-    config.model = "softmax,single_stream,per_layer_values,context_updates"
+  config.model, config.k, config.context_update_m_init, context_update_steps = VARIANTS[variant]
   config.depths = (1, 2, 4, 8, 16, 32)
   config.num_seeds = 3
   config.learning_rate = 3e-3
@@ -50,9 +52,6 @@ def get_config(variant: str = "cpu"):
   config.eval_chunk_size = 2048
   config.bound_samples = 50_000
   config.model_overrides.context_updates = dict(
-      batch_size=64, max_steps=1000, checkpoint_every=250, eval_chunk_size=512,
-      diagnostic_size=512)
-  if variant.startswith("m_start"):
-    config.context_update_m_init = -1.0
-    config.model_overrides.context_updates.max_steps = 1500 if variant.endswith("top16") else 4000
+      batch_size=64, max_steps=context_update_steps, checkpoint_every=250,
+      eval_chunk_size=512, diagnostic_size=512)
   return config
