@@ -15,7 +15,7 @@ from typing import Callable
 import ml_collections
 
 from inverse_depth import tasks
-from inverse_depth.grid import QK_INITS, W_X_INITS, InitScales
+from inverse_depth.grid import QK_INITS, VALUE_INITS, W_X_INITS, InitScales
 from inverse_depth.models import MODELS
 from inverse_depth.train import OPTIMIZERS, SCHEDULES, Problem, TrainSettings
 
@@ -113,6 +113,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "qk_init_noise": _real_in(0.0, math.inf, open_low=False, open_high=True),
     "context_update_m_init": _real_in(-math.inf, math.inf, open_low=True, open_high=True),
     "positive_gain": (lambda v: isinstance(v, bool), "True or False"),
+    "value_init": (lambda v: v in VALUE_INITS, f"one of {VALUE_INITS}"),
     "loop_group": (lambda v: _is_int(v) and v >= 0,
                    "an integer >= 0 (looped: layers per group sharing W_q, W_k; 0: one group)"),
     "bound_samples": _int_at_least(0),
@@ -256,7 +257,8 @@ def init_scales(config) -> InitScales:
                     qk_depth_exponent=config.qk_init_depth_exponent,
                     positive_gain=config.positive_gain,
                     qk_init=config.qk_init, qk_noise=config.qk_init_noise,
-                    W_x_init=config.W_x_init, m_init=config.context_update_m_init)
+                    W_x_init=config.W_x_init, m_init=config.context_update_m_init,
+                    value_init=config.value_init)
 
 
 @dataclasses.dataclass(frozen=True)

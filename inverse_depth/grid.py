@@ -91,6 +91,10 @@ class InitScales:
   "orthogonal" draws W_x = sqrt(N/d) x (orthonormal columns), the same mean
   W_x^T W_x = (N/d) I as the Gaussian but with every eigenvalue equal (a
   Gaussian N x d matrix with N = d has W_x^T W_x spread from 0 to 4 N/d).
+  `value_init` "identity" sets W_v = I (every W_v^l = I for per_layer_values) and
+  W_o = W_y^T / |W_y|^2, so every gain g_j = W_o W_v^j W_y is 1: with an identity
+  query/key start and an orthogonal W_x the linear model then starts as L steps of
+  gradient descent on the context, of size qk_scale^2 / (d L) each (SPEC section 2).
   """
   qk_scale: float = 1.0
   qk_depth_exponent: float = 0.0  # a depth-L model starts at qk_scale L^(exponent / 2)
@@ -99,9 +103,11 @@ class InitScales:
   qk_noise: float = 0.01  # "identity" only
   W_x_init: str = "gaussian"  # one of W_X_INITS
   m_init: float = 0.0  # context_updates only: the starting context-attention weight m
+  value_init: str = "random"  # one of VALUE_INITS
 
 
 QK_INITS = ("random", "identity")
+VALUE_INITS = ("random", "identity")
 W_X_INITS = ("gaussian", "orthogonal")
 
 
@@ -138,7 +144,15 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
   else:
     raise ValueError(f"qk_init={scales.qk_init!r}; allowed {QK_INITS}")
   model_leaves, layer_leaves = dict(W_x=W_x, W_y=W_y), dict(W_q=W_q, W_k=W_k)
-  if model == "per_layer_values":
+  if scales.value_init == "identity":
+    if model == "per_layer_values":
+      layer_leaves["W_v"] = jnp.broadcast_to(jnp.eye(N), (depth, N, N))
+    else:
+      model_leaves["W_v"] = jnp.eye(N)
+    W_o = W_y / (W_y @ W_y)
+  elif scales.value_init != "random":
+    raise ValueError(f"value_init={scales.value_init!r}; allowed {VALUE_INITS}")
+  elif model == "per_layer_values":
     W_v_LNN = jax.random.normal(k_v, (depth, N, N)) / np.sqrt(N)
     if scales.positive_gain:
       W_v_LNN = W_v_LNN * jnp.sign(jnp.einsum("i,lij,j->l", W_o, W_v_LNN, W_y))[:, None, None]

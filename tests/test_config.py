@@ -56,6 +56,7 @@ INVALID = [
     ("optimizer", _set(optimizer="rmsprop")),
     ("schedule", _set(schedule="linear")),
     ("qk_init", _set(qk_init="orthogonal")),
+    ("value_init", _set(value_init="orthogonal")),
     ("W_x_init", _set(W_x_init="identity")),
     ("momentum", _set(momentum=1.0)),
     ("model", _set(model="transformer")),

@@ -231,6 +231,45 @@ def test_linear_model_equals_covariance_polynomial_recursion(x64):
                                atol=1e-11 * scale)
 
 
+def test_linear_gradient_descent_start_is_repeated_gradient_descent(x64):
+  """value_init="identity", an exact identity query/key start of scale s and orthogonal W_x
+  make the depth-L model L steps of gradient descent on the context's least squares:
+  w_l = w_{l-1} + eta S_hat (beta - w_{l-1}), w_0 = 0, S_hat = U U^T / P, y_hat = q . w_L,
+  with eta = s^2 L^exponent / (d L) (SPEC section 2; the repeated-update construction)."""
+  qk_scale, exponent = 1.7, 1.0
+  layout = GridLayout(DEPTHS)
+  params = init_grid(jax.random.key(1), layout, (0,), d=D, N=N, model="linear",
+                     scales=InitScales(qk_scale=qk_scale, qk_depth_exponent=exponent,
+                                       qk_init="identity", qk_noise=0.0,
+                                       W_x_init="orthogonal", value_init="identity"))
+  _, _, batch = _setup(qk_scale=1.0, a=1.0, b=0.5)
+  nb = _np(batch)
+  f_TB = np.asarray(linear.layer_predictions(_seed_params(params, 0), batch, layout))
+  for m, depth in enumerate(layout.depths):
+    eta = qk_scale ** 2 * depth ** exponent / (D * depth)
+    expected = []
+    for c in range(B):
+      U = nb.x_context_BPD[c].T
+      second_moment = U @ U.T / P
+      w = np.zeros(D)
+      for _ in range(depth):
+        w = w + eta * second_moment @ (nb.beta_BD[c] - w)
+      expected.append(nb.x_test_BD[c] @ w)
+    np.testing.assert_allclose(f_TB[layout.layer_slice(m)].mean(axis=0), expected, rtol=1e-9)
+
+
+def test_value_init_identity_sets_every_gain_to_one():
+  model, layers = init_model(jax.random.key(0), 3, d=D, N=N, model="per_layer_values",
+                             scales=InitScales(value_init="identity"))
+  gains = [model["W_o"] @ layers["W_v"][l] @ model["W_y"] for l in range(3)]
+  np.testing.assert_allclose(gains, 1.0, rtol=1e-6)
+  model, _ = init_model(jax.random.key(0), 3, d=D, N=N, model="linear",
+                        scales=InitScales(value_init="identity"))
+  np.testing.assert_allclose(linear.krylov_gains(model, 3), 1.0, rtol=1e-5)
+  with pytest.raises(ValueError, match="value_init"):
+    init_model(jax.random.key(0), 1, d=D, N=N, scales=InitScales(value_init="orthogonal"))
+
+
 def test_linear_context_updates_matter(x64):
   """The depth-3 model is not the sum of independent first-order layer terms.
 

@@ -75,6 +75,7 @@ def test_combined_report(reproduction_root):
     assert heading in text, heading
   for a, b in tables.TABLE1_SPECTRA:
     assert f"| ({a:g}, {b:g}) |" in text
+  assert "slope of L unit steps, same depths" in text
   assert "not run" not in text.lower().split("## figures")[0].replace("(not run)", "")
   for figure in ("overview", "table1_depth", "table1_decomposition", "selection_error",
                  "modewise", "easy_attention_mass", "training_table1"):

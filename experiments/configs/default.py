@@ -107,6 +107,11 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Flip the sign of W_o where g = W_o W_v W_y starts negative (SPEC section 7); for
   # per_layer_values, the sign of each W_v^l where g_l = W_o W_v^l W_y starts negative.
   config.positive_gain = True
+  # Value/readout initialisation: "random" (W_v ~ N(0, 1/N), W_o ~ N(0, 1/N)) or "identity"
+  # (W_v = I, W_o = W_y^T / |W_y|^2: every gain W_o W_v^j W_y is 1; with identity query/key
+  # weights and an orthogonal W_x the linear model starts as L gradient-descent steps of size
+  # qk_init_scale^2 / (d L) on the context; positive_gain has nothing to flip).
+  config.value_init = "random"
   # context_updates only: the starting context-attention weight m (0: the controlled model;
   # -1: the context-to-context mask of Bordelon et al.).
   config.context_update_m_init = 0.0

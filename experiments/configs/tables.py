@@ -47,8 +47,10 @@ def check_tier(tier: str) -> dict:
 
 
 def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
-  """The default config at tier `tier`: softmax under the depth-law regime, linear under
-  its own (orthogonal input map, identity scale 6, Adam 3e-4, batch 64)."""
+  """The default config at tier `tier`: softmax from the identity start at Adam 3e-3 with a
+  cosine schedule over the tier's steps (depth_law.py has since moved to 1e-3 for 6000 steps;
+  the tables have not been rerun there), linear under its own regime (orthogonal input map,
+  identity scale 6, Adam 3e-4, batch 64)."""
   sizes = check_tier(tier)
   config = default.get_config()
   config.model = model
