@@ -134,6 +134,11 @@ FIELDS: dict[str, tuple[Callable, str]] = {
 # convergence rule can amplify a last-bit difference.)
 RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
 
+# Fields added after results were saved, each with the value that reproduces the behaviour
+# from before it existed: a config holding that value hashes (and resumes a workdir) as one
+# saved without the field.
+FIELDS_ADDED_LATER = {"value_init": "random"}
+
 
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
 # everything but what defines the table (task, k, spectra), the root seed and the sizes
@@ -218,7 +223,9 @@ def _canonical(value):
 
 def config_hash(config_dict: dict) -> str:
   """SHA-256 (first 16 hex digits) of the fields that determine the results."""
-  fields = {k: _canonical(v) for k, v in config_dict.items() if k not in RUNTIME_FIELDS}
+  fields = {k: _canonical(v) for k, v in config_dict.items()
+            if k not in RUNTIME_FIELDS and not (k in FIELDS_ADDED_LATER
+                                                and v == FIELDS_ADDED_LATER[k])}
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

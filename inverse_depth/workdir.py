@@ -39,7 +39,8 @@ def _refuse_foreign_directory(workdir: str, advice: str) -> None:
 def check_workdir(config_dict: dict, workdir: str) -> None:
   """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
   or a non-empty directory that is not an experiment workdir. Fields in
-  config.RUNTIME_FIELDS may differ."""
+  config.RUNTIME_FIELDS may differ; a field of config.FIELDS_ADDED_LATER missing from the
+  saved config counts as its earlier value."""
   _refuse_foreign_directory(workdir, "Choose a new --workdir.")
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
@@ -47,6 +48,7 @@ def check_workdir(config_dict: dict, workdir: str) -> None:
   with open(path) as f:
     saved = json.load(f)
   current = json.loads(json.dumps(config_dict))  # tuples -> lists, as saved
+  saved = {**config_lib.FIELDS_ADDED_LATER, **saved}
   differing = sorted(k for k in set(saved) | set(current)
                      if saved.get(k) != current.get(k) and k not in config_lib.RUNTIME_FIELDS)
   if differing:

@@ -1,5 +1,6 @@
 """Config validation and the command-line entrypoint's handling of bad overrides."""
 
+import json
 import os
 import subprocess
 import sys
@@ -134,6 +135,19 @@ def test_config_hash_ignores_runtime_fields_only():
   # 0 and 0.0 compare equal in the workdir guard, so they must hash alike.
   assert config_lib.config_hash(dict(base, spectra=((0, 0),))) == config_lib.config_hash(
       dict(base, spectra=((0.0, 0.0),)))
+
+
+def test_a_field_added_later_at_its_earlier_value_keeps_hash_and_workdir(tmp_path):
+  """A config saved before `value_init` existed resumes under the default "random"."""
+  from inverse_depth import workdir
+  base = smoke.get_config().to_dict()
+  older = {k: v for k, v in base.items() if k != "value_init"}
+  assert config_lib.config_hash(base) == config_lib.config_hash(older)
+  assert config_lib.config_hash(base) != config_lib.config_hash(dict(base, value_init="identity"))
+  (tmp_path / "config.json").write_text(json.dumps(older))
+  workdir.check_workdir(base, str(tmp_path))
+  with pytest.raises(workdir.WorkdirConflict, match="value_init saved 'random' vs now 'identity'"):
+    workdir.check_workdir(dict(base, value_init="identity"), str(tmp_path))
 
 
 def test_config_error_is_a_value_error():
