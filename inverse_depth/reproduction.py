@@ -126,9 +126,9 @@ def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
   lines = ["## Table 2: linear model, easy task: R_L = c L^-alpha", ""]
   if results is None:
     return lines + ["Not run (runs/reproduce/table2 has no results.json)."], []
-  lines += ["| (a, b) | zeta | alpha (ours) | R^2 | 2 zeta | paper alpha | between zeta and "
-            "2 zeta? | slope of L unit steps, same depths | slope of the best polynomial, same "
-            "depths | losses by depth |", "|---|---|---|---|---|---|---|---|---|---|"]
+  lines += ["| (a, b) | zeta | alpha (ours) | R^2 | 2 zeta | paper alpha | diff | between zeta "
+            "and 2 zeta? | slope of L unit steps, same depths | slope of the best polynomial, "
+            "same depths | losses by depth |", "|---|---|---|---|---|---|---|---|---|---|---|"]
   checks = []
   d = results["runs"][0]["d"] if results["runs"] else None
   for fit in _fits(results, "linear"):
@@ -143,7 +143,8 @@ def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
                            for L in depths])
     lines.append(f"| ({a:g}, {b:g}) | {z:.3g} | {alpha:.3f} +- "
                  f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {2 * z:.3g} | "
-                 f"{target if target else '-'} | {'yes' if inside else 'no'} | {repeated:.2f} | "
+                 f"{target if target else '-'} | {_percent(alpha, target) if target else '-'} | "
+                 f"{'yes' if inside else 'no'} | {repeated:.2f} | "
                  f"{best:.2f} | "
                  + ", ".join(f"{L:g}: {R:.3g}" for L, R in zip(depths, fit["losses"]))
                  + " |")
