@@ -8,13 +8,11 @@ zeta = (a + b - 1)/a (repeated updates) and 2 zeta (free covariance polynomial,
 Measured at `cpu` (results/reproduce/table2, 15 min on 2 shared cores): all seven
 between, 6-14% below the paper's.
 
-The start is the paper's repeated-update construction: every gain W_o W_v^j W_y = 1
-(`value_init = "identity"`) and query/key scale sqrt(d L), so a depth-L model starts as
-L unit steps of gradient descent on the context. From the scale-6 start of Table 1 every
-depth ended at the depth-1 optimum (alpha ~ 0; results/table2_random_start).
+The linear model starts as the paper's repeated-update construction (tables.base): a
+depth-L model is L unit steps of gradient descent on the context. From the earlier
+scale-6 start every depth ended at the depth-1 optimum (alpha ~ 0;
+results/table2_random_start).
 """
-
-import math
 
 from experiments.configs import tables
 
@@ -22,7 +20,4 @@ from experiments.configs import tables
 def get_config(tier: str = "cpu"):
   config = tables.base(tier, "linear", "top1", 1, tables.TABLE2_SPECTRA)
   config.model_overrides.linear.depths = (1, 2, 4, 8) if tier == "cpu" else (1, 2, 4, 8, 16)
-  config.value_init = "identity"
-  config.qk_init_depth_exponent = 1.0
-  config.model_overrides.linear.qk_init_scale = math.sqrt(config.sizes.linear.d)
   return config

@@ -10,6 +10,8 @@ P = 1024. Each model kind trains under its own regime (BUILD_NOTES "Training reg
 "Linear floor"), set through config.model_overrides so that one run holds both kinds.
 """
 
+import math
+
 import ml_collections
 
 from experiments.configs import default
@@ -49,8 +51,10 @@ def check_tier(tier: str) -> dict:
 def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
   """The default config at tier `tier`: softmax from the identity start at Adam 3e-3 with a
   cosine schedule over the tier's steps (depth_law.py has since moved to 1e-3 for 6000 steps;
-  the tables have not been rerun there), linear under its own regime (orthogonal input map,
-  identity scale 6, Adam 3e-4, batch 64)."""
+  the tables have not been rerun there), linear under its own regime: Adam 3e-4, batch 64,
+  orthogonal input map, and the gradient-descent start (every gain W_o W_v^j W_y = 1,
+  query/key scale sqrt(d L)), so that a depth-L linear model starts as L unit steps of
+  gradient descent on the context (BUILD_NOTES "Reproduction at the cpu tier")."""
   sizes = check_tier(tier)
   config = default.get_config()
   config.model = model
@@ -70,7 +74,8 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   config.bound_samples = sizes["softmax_bound"]
   config.model_overrides.linear = dict(
       depths=sizes["linear_depths"], num_seeds=1, batch_size=64, W_x_init="orthogonal",
-      qk_init_scale=6.0, learning_rate=3e-4, warmup_steps=100,
+      value_init="identity", qk_init_depth_exponent=1.0,
+      qk_init_scale=math.sqrt(config.sizes.linear.d), learning_rate=3e-4, warmup_steps=100,
       max_steps=sizes["linear_steps"], eval_every=50, checkpoint_every=100, val_size=1024,
       eval_size=sizes["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
       bound_samples=sizes["linear_bound"])
