@@ -1,5 +1,7 @@
 """The shrunken experiment config shared by the end-to-end tests."""
 
+import math
+
 from experiments.configs import smoke
 
 MODELS = ("softmax",)
@@ -39,7 +41,9 @@ def shrunk(config):
   config.update(SHRUNK)
   for model, sizes in config.sizes.items():
     sizes.update(d=8 if model == "linear" else 4, P=32, N=8)
-  for overrides in config.model_overrides.values():
+  for model, overrides in config.model_overrides.items():
     if overrides:
       overrides.update(SHRUNK, batch_size=16)
+      if overrides.get("value_init") == "identity":  # keep the gradient-descent start's unit step
+        overrides.qk_init_scale = math.sqrt(config.sizes[model].d)
   return config
