@@ -267,7 +267,9 @@ def write_report(workdir: str) -> str:
                      for model in sorted({f['model'].split('-')[0] for f in results['fits']}))
            + f"; depths {config['depths']}, {config['num_seeds']} seeds, batch "
            f"{config['batch_size']}, {config['optimizer']} lr {config['learning_rate']:g} "
-           f"({config['schedule']} schedule), qk init {config['qk_init']}, eval set "
+           f"({config['schedule']} schedule), qk init {config['qk_init']} (scale "
+           f"{config['qk_init_scale']:g}), value init {config.get('value_init', 'random')}, "
+           f"eval set "
            f"{config['eval_size']} contexts; {results['wall_time_s']:.0f} s on "
            f"{results['num_devices']} {results['backend']} device(s).", "",
            "## Checks against the paper", ""]
