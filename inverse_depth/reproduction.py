@@ -143,7 +143,7 @@ def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
                            for L in depths])
     lines.append(f"| ({a:g}, {b:g}) | {z:.3g} | {alpha:.3f} +- "
                  f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {2 * z:.3g} | "
-                 f"{target if target else '-'} | {_percent(alpha, target) if target else '-'} | "
+                 f"{target if target else '-'} | {_percent(alpha, target)} | "
                  f"{'yes' if inside else 'no'} | {repeated:.2f} | "
                  f"{best:.2f} | "
                  + ", ".join(f"{L:g}: {R:.3g}" for L, R in zip(depths, fit["losses"]))
