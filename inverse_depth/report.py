@@ -61,6 +61,9 @@ def plot_depth_scaling(results: dict, path: str) -> None:
     elif bound and bound["kind"] == "linear_floor":
       ax.axhline(bound["floor"], color=color, ls="--", lw=1,
                  label=f"linear floor theory {bound['floor']:.4g}")
+      if "context_floor" in bound:  # bounds computed before the finite-P floor lack it
+        ax.axhline(bound["context_floor"], color=color, ls=":", lw=1,
+                   label=f"floor at this P (S^r q) {bound['context_floor']:.4g}")
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (clean models)")
   ax.legend(fontsize=7)
   save_figure(fig, path)
@@ -198,9 +201,15 @@ def _linear_checks(fit: dict) -> list[tuple[bool, str]]:
   bound = fit.get("bound")
   if bound and len(losses):
     off = losses[-1] / bound["floor"] - 1
+    at_this_P = ""
+    if "context_floor" in bound:  # bounds computed before the finite-P floor lack it
+      at_this_P = (f" At this P (the polynomial applied to the context's own covariance S) the "
+                   f"floor is {bound['context_floor']:.4g} +- {bound['context_floor_se']:.2g}: "
+                   f"{100 * (losses[-1] / bound['context_floor'] - 1):+.1f}% from it.")
     lines.append((abs(off) < 0.03, f"{label}: deepest trained loss {losses[-1]:.4g} is "
                   f"{100 * off:+.1f}% from the theory floor T - h^T G^+ h = {bound['floor']:.4g} "
-                  f"+- {bound['floor_se']:.2g} (depth {bound['depth']}; needs within 3%)."))
+                  f"+- {bound['floor_se']:.2g} (depth {bound['depth']}; needs within 3%)."
+                  + at_this_P))
   return lines
 
 

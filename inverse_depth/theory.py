@@ -8,7 +8,9 @@ the selected inputs (so y* = beta^T t) and beta ~ N(0, Omega), the best w gives
 
     R_irr = T - h^T G^+ h,   T = E[t^T Omega t],  h = E[Phi^T Omega t],  G = E[Phi^T Omega Phi],
 
-estimated here by Monte Carlo over contexts.
+estimated here by Monte Carlo over contexts. At finite P the model applies its polynomial
+to the context's own covariance S = (1/P) sum_i x_i x_i^T instead of Sigma; the same
+estimate with Phi = [S q, ..., S^L q] is the floor at that P (`context_floor`).
 
 Softmax bound: one attention layer that weights the context tokens by
 p = softmax_i(tau cos(x_i, x_test)) and predicts g p.y; the best (tau, g), and
@@ -46,64 +48,85 @@ def _chunks(key: jax.Array, num_samples: int, chunk_size: int):
     yield jax.random.fold_in(key, i), min(chunk_size, num_samples - start)
 
 
-@functools.partial(jax.jit, static_argnames=("num", "d", "P", "k", "task"))
-def _eigenbasis_query_and_mean(key: jax.Array, num: int, *, d: int, P: int, a, b, k: int,
-                               task: str):
-  """q = O^T x_test and t = O^T (mean of the selected inputs) for `num` contexts from
-  `tasks.sample_batch(key, num, ...)`, each in its own eigenbasis (Sigma = diag(lam),
-  Omega = diag(omega)): shapes (num, d), (num, d)."""
+@functools.partial(jax.jit, static_argnames=("num", "d", "P", "k", "task", "depth"))
+def _eigenbasis_features(key: jax.Array, num: int, *, d: int, P: int, a, b, k: int, task: str,
+                         depth: int):
+  """For `num` contexts from `tasks.sample_batch(key, num, ...)`, each in its own eigenbasis
+  (Sigma = diag(lam), Omega = diag(omega)), with q = O^T x_test:
+  t = O^T (mean of the selected inputs) and q, shape (num, d) each; the context features
+  O^T S^r x_test, S = (1/P) sum_i x_i x_i^T the context's own input covariance, r = 1..depth:
+  shape (num, depth, d)."""
   batch = tasks.sample_batch(key, num, d=d, P=P, a=a, b=b, task=task, k=k)
   rotations_BDD = jax.vmap(lambda kk: tasks.context_rotation(kk, d))(jax.random.split(key, num))
-  q_BD = jnp.einsum("bji,bj->bi", rotations_BDD, batch.x_test_BD)
-  t_BD = jnp.einsum("bji,bj->bi", rotations_BDD, batch.selected_mean_BD)
-  return q_BD, t_BD
+  to_eigenbasis = lambda v_BD: jnp.einsum("bji,bj->bi", rotations_BDD, v_BD)
+  power_BD, context_powers = batch.x_test_BD, []
+  for _ in range(depth):
+    scores_BP = jnp.einsum("bpd,bd->bp", batch.x_context_BPD, power_BD)
+    power_BD = jnp.einsum("bpd,bp->bd", batch.x_context_BPD, scores_BP) / P
+    context_powers.append(to_eigenbasis(power_BD))
+  return (to_eigenbasis(batch.selected_mean_BD), to_eigenbasis(batch.x_test_BD),
+          jnp.stack(context_powers, axis=1))
 
 
-def _floor_residuals(q_BD: np.ndarray, t_BD: np.ndarray, coefficients_D: np.ndarray,
+def _floor_residuals(t_BD: np.ndarray, features_BRD: np.ndarray, w_R: np.ndarray,
                      omega_D: np.ndarray) -> np.ndarray:
-  """Per-context r = (t - Phi^T w)^T Omega (t - Phi^T w), where Phi^T w = sum_r w_r Sigma^r q
-  = coefficients * q in the eigenbasis (coefficients_d = sum_r w_r lam_d^r)."""
-  return np.sum(omega_D * (t_BD - coefficients_D * q_BD) ** 2, axis=-1)
+  """Per-context r = (t - Phi^T w)^T Omega (t - Phi^T w), Phi^T w = sum_r w_r features_r."""
+  return np.sum(omega_D * (t_BD - np.einsum("r,brd->bd", w_R, features_BRD)) ** 2, axis=-1)
 
 
 def linear_floor(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int, depth: int,
                  num_samples: int = 100_000, task: str = "topk", chunk_size: int = 10_000) -> dict:
   """Monte Carlo estimate of T - h^T G^+ h for a depth-`depth` covariance polynomial.
 
-  In each context's eigenbasis Phi rows are lam^r * q (r = 1..depth), so
+  The paper's floor (`floor`) takes the population covariance, Phi = [Sigma q, ...,
+  Sigma^L q]; in each context's eigenbasis Phi rows are lam^r * q, so
     T = E[sum_d omega_d t_d^2],  h_r = sum_d lam_d^r omega_d E[q_d t_d],
-    G_rs = sum_d lam_d^(r+s) omega_d E[q_d^2],
-  accumulated in float64. floor_se = std(r) / sqrt(n) over the per-context residuals
-  r = (t - Phi^T w)^T Omega (t - Phi^T w) at w = G^+ h, from a second pass over the same
-  chunk keys (mean(r) = floor).
+    G_rs = sum_d lam_d^(r+s) omega_d E[q_d^2].
+  A trained model applies its polynomial to the context's own covariance S = (1/P) sum_i
+  x_i x_i^T, whose powers S^r q lean towards the context inputs most aligned with q, the
+  ones t averages. `context_floor` is the same estimate with Phi = [S q, ..., S^L q] (the
+  floor of the model at this P; it tends to `floor` as P -> infinity at fixed k).
+  Moments accumulate in float64 over the same contexts for both. *_se = std(r) / sqrt(n)
+  over the per-context residuals r = (t - Phi^T w)^T Omega (t - Phi^T w) at w = G^+ h,
+  from a second pass over the same chunk keys (mean(r) = floor).
 
-  Returns dict(floor, floor_se, T, h, G) as float64 numpy values (moments are
-  per-context means).
+  Returns dict(floor, floor_se, T, h, G, context_floor, context_floor_se, context_h,
+  context_G) as float64 numpy values (moments are per-context means).
   """
-  sizes = dict(d=d, P=P, k=k, task=task)
-  lam_D = np.asarray(tasks.power_spectrum(d, a), np.float64)
+  sizes = dict(d=d, P=P, k=k, task=task, depth=depth, a=a, b=b)
   omega_D = np.asarray(tasks.power_spectrum(d, b), np.float64)
-  powers_LD = lam_D[None, :] ** np.arange(1, depth + 1)[:, None]
-  T, h, G = 0.0, np.zeros(depth), np.zeros((depth, depth))
-  done = 0
-  for chunk_key, num in _chunks(key, num_samples, chunk_size):
-    q_BD, t_BD = (np.asarray(x, np.float64)
-                  for x in _eigenbasis_query_and_mean(chunk_key, num, a=a, b=b, **sizes))
+  powers_RD = np.asarray(tasks.power_spectrum(d, a), np.float64) ** np.arange(1, depth + 1)[:, None]
+
+  def chunks():
+    """(t, population features lam^r q, context features) per chunk, in float64."""
+    for chunk_key, num in _chunks(key, num_samples, chunk_size):
+      t_BD, q_BD, context_BRD = (np.asarray(x, np.float64)
+                                 for x in _eigenbasis_features(chunk_key, num, **sizes))
+      yield t_BD, q_BD[:, None, :] * powers_RD, context_BRD
+
+  T, done = 0.0, 0
+  h = {kind: np.zeros(depth) for kind in ("population", "context")}
+  G = {kind: np.zeros((depth, depth)) for kind in ("population", "context")}
+  for t_BD, *features in chunks():
     T += float(np.sum(omega_D * t_BD ** 2))
-    h += powers_LD @ (omega_D * np.sum(q_BD * t_BD, axis=0))
-    G += (powers_LD * omega_D * np.sum(q_BD ** 2, axis=0)) @ powers_LD.T
-    done += num
-  T, h, G = T / done, h / done, G / done
-  w_L = np.linalg.pinv(G) @ h
-  floor = T - h @ w_L
-  coefficients_D = w_L @ powers_LD
-  residuals_N = np.concatenate([
-      _floor_residuals(*(np.asarray(x, np.float64)
-                         for x in _eigenbasis_query_and_mean(chunk_key, num, a=a, b=b, **sizes)),
-                       coefficients_D, omega_D)
-      for chunk_key, num in _chunks(key, num_samples, chunk_size)])
-  floor_se = residuals_N.std(ddof=1) / np.sqrt(done)
-  return dict(floor=float(floor), floor_se=float(floor_se), T=float(T), h=h, G=G)
+    for kind, features_BRD in zip(("population", "context"), features):
+      h[kind] += np.einsum("brd,bd->r", features_BRD * omega_D, t_BD)
+      G[kind] += np.einsum("brd,bsd->rs", features_BRD * omega_D, features_BRD)
+    done += len(t_BD)
+  T = T / done
+  w = {kind: np.linalg.pinv(G[kind] / done) @ (h[kind] / done) for kind in h}
+  residuals = {kind: [] for kind in h}
+  for t_BD, *features in chunks():
+    for kind, features_BRD in zip(("population", "context"), features):
+      residuals[kind].append(_floor_residuals(t_BD, features_BRD, w[kind], omega_D))
+  result = dict(T=float(T))
+  for kind, prefix in (("population", ""), ("context", "context_")):
+    h_R, G_RR = h[kind] / done, G[kind] / done
+    result.update({prefix + "floor": float(T - h_R @ w[kind]),
+                   prefix + "floor_se": float(np.concatenate(residuals[kind]).std(ddof=1)
+                                              / np.sqrt(done)),
+                   prefix + "h": h_R, prefix + "G": G_RR})
+  return result
 
 
 # Jitted once per (batch_size, d, P, task, k); the spectra exponents are traced.

@@ -104,5 +104,9 @@ def test_reproduce_entrypoint_runs_the_chosen_runs_and_writes_the_report(tmp_pat
     logging.get_absl_logger().setLevel(level)
   out = capsys.readouterr().out
   assert "[1/2] table3:" in out and "[2/2] easy:" in out and "min left" in out
-  assert os.path.isfile(os.path.join(tmp_path, "report.md"))
+  with open(os.path.join(tmp_path, "report.md")) as f:
+    table3_rows = [line for line in f.read().split("## Table 3")[1].splitlines()
+                   if line.startswith("| 16 |")]
+  floor_at_this_P = [row.split("|")[6].strip() for row in table3_rows]
+  assert floor_at_this_P and "-" not in floor_at_this_P
   assert sorted(reproduction.load_results(str(tmp_path))) == ["easy", "table3"]

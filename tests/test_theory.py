@@ -129,13 +129,53 @@ def test_linear_floor_isotropic_and_residual_mean():
   assert result["floor"] == pytest.approx(result["T"] - h[0] ** 2 / G[0, 0], rel=1e-9)
   assert result["floor"] == pytest.approx(_floor(2000, a=0.0, b=0.0, depth=1)["floor"], rel=1e-6)
   assert abs(G[0, 0] - 4) < 5 * np.sqrt(2 * 4 / 2000)  # E|q|^2 = d, Var |q|^2 = 2d
-  lam_D = omega_D = np.ones(4)
-  coefficients_D = (np.linalg.pinv(G) @ h) @ lam_D[None, :] ** np.arange(1, 3)[:, None]
-  q_BD, t_BD = (np.asarray(x, np.float64) for x in theory._eigenbasis_query_and_mean(
-      jax.random.fold_in(jax.random.key(0), 0), 2000, d=4, P=16, a=0.0, b=0.0, k=2, task="topk"))
-  residuals_B = theory._floor_residuals(q_BD, t_BD, coefficients_D, omega_D)
+  t_BD, q_BD, _ = (np.asarray(x, np.float64) for x in theory._eigenbasis_features(
+      jax.random.fold_in(jax.random.key(0), 0), 2000, d=4, P=16, a=0.0, b=0.0, k=2,
+      task="topk", depth=2))
+  residuals_B = theory._floor_residuals(t_BD, np.stack([q_BD, q_BD], axis=1),
+                                        np.linalg.pinv(G) @ h, np.ones(4))
   assert np.mean(residuals_B) == pytest.approx(result["floor"], rel=1e-9)
   assert residuals_B.std(ddof=1) / np.sqrt(2000) == pytest.approx(result["floor_se"], rel=1e-9)
+
+
+def test_context_floor_is_least_squares_on_explicit_sample_covariance_powers():
+  """context_floor = min_w mean_n (t - sum_r w_r S^r x)^T Omega (t - sum_r w_r S^r x) over the
+  same contexts, with S = X^T X / P, Omega = O diag(omega) O^T built explicitly per context
+  in the original frame (np.linalg.matrix_power, lstsq on Omega^(1/2)-weighted rows)."""
+  d, P, depth, n, a, b = 4, 16, 3, 500, 0.5, 1.0
+  key = jax.random.key(3)
+  result = theory.linear_floor(key, d=d, P=P, a=a, b=b, k=2, depth=depth, num_samples=n,
+                               chunk_size=n)
+  chunk_key = jax.random.fold_in(key, 0)
+  batch = tasks.sample_batch(chunk_key, n, d=d, P=P, a=a, b=b, task="topk", k=2)
+  omega_D = np.arange(1, d + 1, dtype=np.float64) ** -b
+  design, targets = [], []
+  for i, context_key in enumerate(jax.random.split(chunk_key, n)):
+    O = np.asarray(tasks.context_rotation(context_key, d), np.float64)
+    root_omega = np.diag(np.sqrt(omega_D)) @ O.T  # Omega = root_omega^T root_omega
+    X = np.asarray(batch.x_context_BPD[i], np.float64)
+    S = X.T @ X / P
+    x = np.asarray(batch.x_test_BD[i], np.float64)
+    design.append(np.stack([root_omega @ np.linalg.matrix_power(S, r) @ x
+                            for r in range(1, depth + 1)], axis=1))
+    targets.append(root_omega @ np.asarray(batch.selected_mean_BD[i], np.float64))
+  design, targets = np.concatenate(design), np.concatenate(targets)
+  w, *_ = np.linalg.lstsq(design, targets, rcond=None)
+  brute_force = np.sum((targets - design @ w) ** 2) / n
+  assert result["context_floor"] == pytest.approx(brute_force, rel=1e-4)
+  assert 0 < result["context_floor_se"] < result["context_floor"]
+
+
+def test_context_floor_approaches_the_population_floor_as_P_grows():
+  """S -> Sigma as P -> infinity at fixed k. With k = 8 of P = 32 the powers S^r q lean on
+  the selected inputs and the context floor is >10% below the population one; at P = 1024
+  the two agree to 1%."""
+  def relative_gap(P):
+    result = theory.linear_floor(jax.random.key(4), d=4, P=P, a=0.5, b=0.5, k=8, depth=2,
+                                 num_samples=4000, chunk_size=1000)
+    return result["context_floor"] / result["floor"] - 1
+  assert relative_gap(32) < -0.1
+  assert abs(relative_gap(1024)) < 0.01
 
 
 # Linear theory of the easy task.
