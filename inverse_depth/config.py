@@ -114,6 +114,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "context_update_m_init": _real_in(-math.inf, math.inf, open_low=True, open_high=True),
     "positive_gain": (lambda v: isinstance(v, bool), "True or False"),
     "value_init": (lambda v: v in VALUE_INITS, f"one of {VALUE_INITS}"),
+    "W_y_init_scale": _POSITIVE,
     "loop_group": (lambda v: _is_int(v) and v >= 0,
                    "an integer >= 0 (looped: layers per group sharing W_q, W_k; 0: one group)"),
     "bound_samples": _int_at_least(0),
@@ -137,7 +138,7 @@ RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
 # Fields added after results were saved, each with the value that reproduces the behaviour
 # from before it existed: a config holding that value hashes (and resumes a workdir) as one
 # saved without the field.
-FIELDS_ADDED_LATER = {"value_init": "random"}
+FIELDS_ADDED_LATER = {"value_init": "random", "W_y_init_scale": 1.0}
 
 
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
@@ -265,7 +266,7 @@ def init_scales(config) -> InitScales:
                     positive_gain=config.positive_gain,
                     qk_init=config.qk_init, qk_noise=config.qk_init_noise,
                     W_x_init=config.W_x_init, m_init=config.context_update_m_init,
-                    value_init=config.value_init)
+                    value_init=config.value_init, W_y_scale=config.W_y_init_scale)
 
 
 @dataclasses.dataclass(frozen=True)

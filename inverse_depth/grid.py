@@ -80,7 +80,7 @@ class GridLayout:
 class InitScales:
   """Standard deviations of the Gaussian initialisation (SPEC section 5 choices).
 
-  W_x ~ N(0, 1/d), W_y ~ N(0, 1), W_v and W_o ~ N(0, 1/N). Query and key
+  W_x ~ N(0, 1/d), W_y ~ N(0, W_y_scale^2), W_v and W_o ~ N(0, 1/N). Query and key
   weights (`qk_init`): "random" draws W_q, W_k ~ N(0, qk_scale^2 / N);
   "identity" starts every layer near the identity, W_q, W_k = qk_scale I +
   qk_noise N(0, 1) (the start of the reference code of Bordelon et al.): all
@@ -103,6 +103,7 @@ class InitScales:
   qk_noise: float = 0.01  # "identity" only
   W_x_init: str = "gaussian"  # one of W_X_INITS
   m_init: float = 0.0  # context_updates only: the starting context-attention weight m
+  W_y_scale: float = 1.0  # the label embedding's scale (single_stream: its weight in the keys)
   value_init: str = "random"  # one of VALUE_INITS
 
 
@@ -130,7 +131,7 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
     W_x = columns * jnp.sign(jnp.diagonal(upper)) * np.sqrt(N / d)
   elif scales.W_x_init != "gaussian":
     raise ValueError(f"W_x_init={scales.W_x_init!r}; allowed {W_X_INITS}")
-  W_y = jax.random.normal(k_y, (N,))
+  W_y = jax.random.normal(k_y, (N,)) * scales.W_y_scale
   W_o = jax.random.normal(k_o, (N,)) / np.sqrt(N)
   qk_scale = scales.qk_scale * depth ** (scales.qk_depth_exponent / 2)
   if scales.qk_init == "identity":

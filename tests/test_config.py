@@ -58,6 +58,7 @@ INVALID = [
     ("schedule", _set(schedule="linear")),
     ("qk_init", _set(qk_init="orthogonal")),
     ("value_init", _set(value_init="orthogonal")),
+    ("W_y_init_scale", _set(W_y_init_scale=0.0)),
     ("W_x_init", _set(W_x_init="identity")),
     ("momentum", _set(momentum=1.0)),
     ("model", _set(model="transformer")),
@@ -138,10 +139,11 @@ def test_config_hash_ignores_runtime_fields_only():
 
 
 def test_a_field_added_later_at_its_earlier_value_keeps_hash_and_workdir(tmp_path):
-  """A config saved before `value_init` existed resumes under the default "random"."""
+  """A config saved before `value_init` and `W_y_init_scale` existed resumes under their
+  defaults ("random", 1.0)."""
   from inverse_depth import workdir
   base = smoke.get_config().to_dict()
-  older = {k: v for k, v in base.items() if k != "value_init"}
+  older = {k: v for k, v in base.items() if k not in ("value_init", "W_y_init_scale")}
   assert config_lib.config_hash(base) == config_lib.config_hash(older)
   assert config_lib.config_hash(base) != config_lib.config_hash(dict(base, value_init="identity"))
   (tmp_path / "config.json").write_text(json.dumps(older))

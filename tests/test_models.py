@@ -258,6 +258,18 @@ def test_linear_gradient_descent_start_is_repeated_gradient_descent(x64):
     np.testing.assert_allclose(f_TB[layout.layer_slice(m)].mean(axis=0), expected, rtol=1e-9)
 
 
+def test_W_y_scale_scales_the_label_embedding_only():
+  """W_y_scale multiplies W_y and leaves every other weight as drawn (same key)."""
+  plain = init_model(jax.random.key(0), 2, d=D, N=N, model="single_stream", scales=InitScales())
+  scaled = init_model(jax.random.key(0), 2, d=D, N=N, model="single_stream",
+                      scales=InitScales(W_y_scale=0.25))
+  np.testing.assert_allclose(scaled[0]["W_y"], 0.25 * plain[0]["W_y"], rtol=1e-6)
+  for name in ("W_x", "W_v"):
+    np.testing.assert_array_equal(scaled[0][name], plain[0][name])
+  np.testing.assert_array_equal(np.abs(scaled[0]["W_o"]), np.abs(plain[0]["W_o"]))
+  jax.tree.map(np.testing.assert_array_equal, scaled[1], plain[1])
+
+
 def test_value_init_identity_sets_every_gain_to_one():
   model, layers = init_model(jax.random.key(0), 3, d=D, N=N, model="per_layer_values",
                              scales=InitScales(value_init="identity"))

@@ -112,6 +112,10 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # weights and an orthogonal W_x the linear model starts as L gradient-descent steps of size
   # qk_init_scale^2 / (d L) on the context; positive_gain has nothing to flip).
   config.value_init = "random"
+  # Standard deviation of the label embedding W_y's entries. The controlled models use W_y
+  # only through the gains W_o W_v^j W_y (its scale is a change of units); the single
+  # stream adds W_y y_i to the keys, where at 1 it outweighs W_x x_i about 4 to 1.
+  config.W_y_init_scale = 1.0
   # context_updates only: the starting context-attention weight m (0: the controlled model;
   # -1: the context-to-context mask of Bordelon et al.).
   config.context_update_m_init = 0.0

@@ -4,6 +4,7 @@ context updates (C.3) beside the controlled softmax model, on the same data.
     python -m experiments.run --config=experiments/configs/generalized.py --workdir=runs/generalized
     python -m experiments.run --config=experiments/configs/generalized.py:top16 --workdir=runs/generalized_top16
     python -m experiments.run --config=experiments/configs/generalized.py:m_start_top16 --workdir=runs/m_start_top16
+    python -m experiments.run --config=experiments/configs/generalized.py:single_stream --workdir=runs/single_stream
 
 Softmax sizes (d = 16, P = 128, N = 32), isotropic spectrum, top-2 (`cpu`, the default)
 or top-16 (`top16`: the controlled model and C.3 only), depths 1..32, 3 seeds, the
@@ -22,6 +23,9 @@ instead of m = 0, for 1500 and 4000 steps: from m = 0, m stays near 0 and the co
 updates stay nearly off (m is unidentifiable up to a rescaling of W_v, so it keeps its
 start; BUILD_NOTES.md "Generalised models"). `m_start` is the top-2 trend with the context
 updates on and the longer budget the under-trained 1000-step grid lacked.
+`single_stream` trains C.1 alone with the label embedding W_y drawn at scale 1/sqrt(d) =
+0.25 instead of 1, so that |W_y y_i| ~ |W_x x_i| in the keys (at 1 the labels outweigh the
+inputs about 4 to 1 and no depth-1 model leaves ~5.0: BUILD_NOTES.md "Generalised models").
 """
 
 from experiments.configs import default
@@ -33,6 +37,7 @@ VARIANTS = {
     "top16": ("softmax,context_updates", 16, 0.0, 1000),
     "m_start": ("softmax,context_updates", 2, -1.0, 4000),
     "m_start_top16": ("softmax,context_updates", 16, -1.0, 1500),
+    "single_stream": ("single_stream", 2, 0.0, 1000),
 }
 
 
@@ -42,6 +47,8 @@ def get_config(variant: str = "cpu"):
                       f"{', '.join(VARIANTS)}")
   config = default.get_config()
   config.model, config.k, config.context_update_m_init, context_update_steps = VARIANTS[variant]
+  if variant == "single_stream":
+    config.W_y_init_scale = 1 / config.sizes.softmax.d ** 0.5
   config.depths = (1, 2, 4, 8, 16, 32)
   config.num_seeds = 3
   config.learning_rate = 3e-3
