@@ -17,6 +17,7 @@ from inverse_depth.report import plt
 
 # (workdir name, config file, get_config argument) in the order they run.
 RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
+        ("single_stream", "experiments/configs/generalized.py", "single_stream"),
         ("generalized_top16", "experiments/configs/generalized.py", "top16"),
         ("m_start_top16", "experiments/configs/generalized.py", "m_start_top16"),
         ("m_start", "experiments/configs/generalized.py", "m_start"),
