@@ -422,8 +422,8 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
   fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
   for ax, (model, a, b) in zip(axes.flat, grids):
     lines = [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)]
-    depths = next((f["depths"] for f in results["fits"]
-                   if (f["model"], f["a"], f["b"]) == (model, a, b)), [])
+    config = results["config"]  # the grid's depths, flagged ones included, in column order
+    depths = config["model_overrides"].get(model, {}).get("depths", config["depths"])
     val_KM = np.array([np.mean(m["val_loss"], axis=0) for m in lines])
     for i in range(val_KM.shape[1]):
       ax.plot([m["step"] for m in lines], val_KM[:, i], lw=1,
@@ -431,7 +431,9 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
     ax.set_yscale("log")
     ax.set_title(f"{name}: {model} ({a:g},{b:g})", fontsize=7)
     ax.tick_params(labelsize=6)
-  axes.flat[0].legend(fontsize=5)
+  labelled = next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)
+  if labelled is not None:  # a panel of a run without fits has no depth labels
+    labelled.legend(fontsize=5)
   report.save_figure(fig, path)
 
 
