@@ -34,6 +34,49 @@ PAPER = {
 }
 
 
+# Above these our verdict reads "cannot say": the mean validation loss still fell by more
+# than UNDER_TRAINED_FALL over the last evaluation interval, or more than half the models
+# of a grid are flagged (far above their peers or the single-layer bound).
+UNDER_TRAINED_FALL = 0.01
+
+
+def paper_expectation(model: str, k: int) -> str | None:
+  """What the paper says of a grid's depth trend: "law" (approximately inverse depth),
+  "saturates" (the trend is lost: C.3 at top-16) or None (no claim: looped, other k)."""
+  if model == "looped":
+    return None
+  if model == "context_updates":
+    return {2: "law", 16: "saturates"}.get(k)
+  return "law"
+
+
+def observed_trend(fit: dict) -> str:
+  """Our depth trend of one grid: "law" (a resolved fit R_L = L0 + c L^-alpha with
+  0.5 <= alpha <= 1.5 and R^2 >= 0.95), "falls" (no doubling rises and at most one fails to
+  fall beyond 2 paired standard errors) or "none"."""
+  if (fit.get("resolved") and 0.5 <= fit["alpha"] <= 1.5 and fit["r2"] >= 0.95):
+    return "law"
+  paired = fit.get("paired_differences", [])
+  falls = sum(p["difference"] < -2 * p["se"] for p in paired)
+  rises = sum(p["difference"] > 2 * p["se"] for p in paired)
+  return "falls" if paired and rises == 0 and falls >= len(paired) - 1 else "none"
+
+
+def verdict(fit: dict, last_change: float | None, flagged: int, total: int) -> str:
+  """Agrees / partly / disagrees / cannot say: our trend against the paper's, computed from
+  the fit, the paired differences and how far training got."""
+  if (last_change is not None and last_change < -UNDER_TRAINED_FALL) or 2 * flagged > total:
+    return "cannot say: under-trained"
+  expected, observed = paper_expectation(fit["model"], fit["k"]), observed_trend(fit)
+  if expected is None:
+    return "no claim in the paper"
+  if expected == "law":
+    return {"law": "agrees", "falls": "partly: falls with depth, but no inverse-depth law",
+            "none": "disagrees: no inverse-depth trend"}[observed]
+  return {"law": "disagrees: keeps an inverse-depth law", "falls": "disagrees: still falls "
+          "with depth", "none": "agrees: no trend"}[observed]
+
+
 def load_results(root: str) -> dict[str, dict]:
   """results.json of every run of RUNS present under `root`, by run name."""
   return reproduction.load_results(root, [name for name, _, _ in RUNS])
@@ -84,34 +127,47 @@ def depth_table(results: dict) -> list[str]:
   return lines
 
 
+def last_interval_change(metrics: list[dict], model: str) -> tuple[float, int] | None:
+  """Relative change of a kind's mean validation loss over its last evaluation interval,
+  and the interval's length in steps (None with fewer than two evaluations)."""
+  curve = [m for m in metrics if m["model"] == model and m.get("val_loss") is not None]
+  if len(curve) < 2:
+    return None
+  before, after = (float(np.mean(m["val_loss"])) for m in curve[-2:])
+  return after / before - 1, curve[-1]["step"] - curve[-2]["step"]
+
+
 def training_sentence(results: dict, metrics: list[dict], model: str) -> str:
   """How a kind was trained, and how much its mean validation loss still fell over the last
   evaluation interval (a model still falling there is under-trained)."""
   config = results["config"]
   own = dict(config, **config["model_overrides"].get(model, {}))
-  curve = [m for m in metrics if m["model"] == model and m.get("val_loss") is not None]
   text = f"{own['max_steps']} steps, batch {own['batch_size']}"
-  if len(curve) >= 2:
-    before, after = (float(np.mean(m["val_loss"])) for m in curve[-2:])
-    text += (f"; mean validation loss {100 * (after / before - 1):+.1f}% over the last "
-             f"{curve[-1]['step'] - curve[-2]['step']} steps")
+  change = last_interval_change(metrics, model)
+  if change is not None:
+    text += (f"; mean validation loss {100 * change[0]:+.1f}% over the last "
+             f"{change[1]} steps")
   return text
 
 
 def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> list[str]:
-  """One line per variant and task: our trend beside the paper's description."""
+  """One line per variant and task: our trend beside the paper's description, and the
+  verdict computed from both."""
   lines = ["| run | model | task | bound (best single cosine layer) | training | flagged "
-           "models | our depth trend (clean models) | the paper |",
-           "|---|---|---|---|---|---|---|---|"]
+           "models | our depth trend (clean models) | the paper | verdict |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for name, results in all_results.items():
     for fit in results["fits"]:
       bound = fit.get("bound") or {}
       bound_text = f"{bound['single']:.4g}" if "single" in bound else "-"
       total = len(report.runs_of(results, fit))
+      flagged = len(fit.get("flagged") or [])
+      change = last_interval_change(metrics.get(name, []), fit["model"])
       lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
                    f"{training_sentence(results, metrics.get(name, []), fit['model'])} | "
-                   f"{len(fit.get('flagged') or [])} of {total} | {trend_sentence(fit)} | "
-                   f"{PAPER.get(fit['model'], '-')} |")
+                   f"{flagged} of {total} | {trend_sentence(fit)} | "
+                   f"{PAPER.get(fit['model'], '-')} | "
+                   f"{verdict(fit, change and change[0], flagged, total)} |")
   return lines
 
 
@@ -236,7 +292,11 @@ def write_generalized_report(root: str) -> str:
            "", "## Depth trends beside the paper's description", ""]
   lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
-            "below -2 paired standard errors. C.1 and C.3 are cascaded: their layer predictors "
+            "below -2 paired standard errors. The verdict counts an inverse-depth law where the "
+            "fit resolves one with 0.5 <= alpha <= 1.5 and R^2 >= 0.95, a fall where no "
+            "doubling rises and at most one fails to fall, and cannot say where the mean "
+            f"validation loss still fell by more than {100 * UNDER_TRAINED_FALL:g}% over the "
+            "last evaluation interval or more than half the models are flagged. C.1 and C.3 are cascaded: their layer predictors "
             "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
             "", "## Learned context weight m (C.3)", "",
             "m alone is not identifiable: the output depends on m only through g_{j+1} m^j "

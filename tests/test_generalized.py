@@ -480,6 +480,10 @@ def test_generalized_report(generalized_root):
   for model in ("single_stream", "per_layer_values", "context_updates", "looped"):
     assert f"| {model} |" in text, model
   assert "(not run)" not in text
+  assert "| the paper | verdict |" in text
+  looped_row = next(line for line in text.splitlines() if line.startswith("| looped | looped |"))
+  assert looped_row.split("|")[-2].strip() in ("no claim in the paper",
+                                               "cannot say: under-trained")  # toy training
   assert "- generalized_top16 (top-16, m starts at 0): m = " in text
   assert "- m_start (top-2, m starts at -1): m = " in text
   assert "; m g_2/g_1 = " in text
@@ -489,6 +493,33 @@ def test_generalized_report(generalized_root):
   for figure in ("context_updates", "looped", "generalized_depth", "generalized_decomposition",
                  "training_generalized_top16", "looped_depth"):
     assert os.path.isfile(os.path.join(generalized_root, "figures", figure + ".png")), figure
+
+
+def _grid_fit(model, k, losses, se=1e-3):
+  """A fit record as the experiment writes it, from seed-mean losses at depths 1, 2, 4, ..."""
+  depths = [2 ** i for i in range(len(losses))]
+  fit = dict(analysis.fit_depth_scaling(depths, losses), model=model, k=k)
+  fit["paired_differences"] = [dict(depth=d, previous=d // 2, difference=b - a, se=se)
+                               for d, a, b in zip(depths[1:], losses, losses[1:])]
+  return fit
+
+
+@pytest.mark.parametrize("model,k,losses,last_change,flagged,expected", [
+    ("softmax", 2, [2 + 1 / 2 ** i for i in range(6)], -0.001, 0, "agrees"),
+    ("per_layer_values", 2, [2.1, 2.09, 2.08, 2.07, 2.06, 2.05], -0.001, 0, "partly"),
+    ("single_stream", 2, [2.07, 1.86, 1.86, 1.85, 1.90, 1.90], -0.001, 0, "disagrees"),
+    ("context_updates", 16, [0.34, 0.35, 0.35, 0.36, 0.45, 0.50], -0.001, 0, "agrees"),
+    ("context_updates", 16, [2 + 1 / 2 ** i for i in range(6)], -0.001, 0, "disagrees"),
+    ("context_updates", 2, [2 + 1 / 2 ** i for i in range(6)], -0.05, 0, "cannot say"),
+    ("softmax", 2, [2 + 1 / 2 ** i for i in range(6)], -0.001, 10, "cannot say"),
+    ("looped", 2, [2.05] * 6, -0.001, 0, "no claim"),
+])
+def test_verdict_against_the_paper(model, k, losses, last_change, flagged, expected):
+  """The report's verdict: a clean 1/L curve agrees with "inverse depth" and disagrees with
+  "saturates"; a steady fall without a floor agrees only partly; still-falling training or
+  mostly flagged grids cannot be judged; looped layers have no claim to meet."""
+  fit = _grid_fit(model, k, losses)
+  assert generalized_report.verdict(fit, last_change, flagged, 18).startswith(expected)
 
 
 def test_generalized_suite_refuses_the_paper_tier(capsys):
