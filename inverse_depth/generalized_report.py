@@ -64,17 +64,25 @@ def observed_trend(fit: dict) -> str:
 
 def verdict(fit: dict, last_change: float | None, flagged: int, total: int) -> str:
   """Agrees / partly / disagrees / cannot say: our trend against the paper's, computed from
-  the fit, the paired differences and how far training got."""
+  the fit, the paired differences and how far training got. Depths where every model is
+  flagged are named: the verdict covers only the depths that kept a clean model."""
   if (last_change is not None and last_change < -UNDER_TRAINED_FALL) or 2 * flagged > total:
     return "cannot say: under-trained"
   expected, observed = paper_expectation(fit["model"], fit["k"]), observed_trend(fit)
   if expected is None:
     return "no claim in the paper"
   if expected == "law":
-    return {"law": "agrees", "falls": "partly: falls with depth, but no inverse-depth law",
+    text = {"law": "agrees", "falls": "partly: falls with depth, but no inverse-depth law",
             "none": "disagrees: no inverse-depth trend"}[observed]
-  return {"law": "disagrees: keeps an inverse-depth law", "falls": "disagrees: still falls "
-          "with depth", "none": "agrees: no trend"}[observed]
+  else:
+    text = {"law": "disagrees: keeps an inverse-depth law", "falls": "disagrees: still falls "
+            "with depth", "none": "agrees: no trend"}[observed]
+  lost_depths = sorted({f["depth"] for f in fit.get("flagged") or []}
+                       - {int(d) for d in fit["depths"]})
+  if lost_depths:
+    text += (f", judged on depths {', '.join(str(int(d)) for d in fit['depths'])} only: every "
+             f"model at depth {', '.join(map(str, lost_depths))} is flagged")
+  return text
 
 
 def load_results(root: str) -> dict[str, dict]:

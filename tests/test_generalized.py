@@ -522,6 +522,16 @@ def test_verdict_against_the_paper(model, k, losses, last_change, flagged, expec
   assert generalized_report.verdict(fit, last_change, flagged, 18).startswith(expected)
 
 
+def test_verdict_names_depths_lost_to_flags():
+  """A grid whose deepest depths are all flagged is judged on the clean depths, and the
+  verdict says which depths it could not see."""
+  fit = _grid_fit("context_updates", 16, [0.34, 0.32, 0.33])
+  fit["flagged"] = [dict(depth=depth, seed=seed) for depth in (8, 16) for seed in range(3)]
+  text = generalized_report.verdict(fit, -0.001, 6, 15)
+  assert text.startswith("agrees: no trend, judged on depths 1, 2, 4 only")
+  assert text.endswith("every model at depth 8, 16 is flagged")
+
+
 def test_generalized_suite_refuses_the_paper_tier(capsys):
   from absl import flags, logging
   from experiments import reproduce

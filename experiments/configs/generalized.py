@@ -17,9 +17,9 @@ at batch 256, 2 CPU cores). So at the `cpu` scale C.3 trains with batch 64 for 1
 (1.8 s a step) and diagnoses 512 contexts (one backward pass per model); every other kind
 trains 2000 steps at batch 256. Runtime on 2 shared CPU cores: 63 min (`cpu`), 43 min
 (`top16`). At this budget C.3 is still under-trained (BUILD_NOTES.md "Generalised models").
-`m_start_top16` (65 min) and `m_start` (top-2, 103 min) train the controlled model and
+`m_start_top16` (88 min) and `m_start` (top-2, 103 min) train the controlled model and
 C.3 only, with C.3 starting from m = -1 (the context-to-context mask of Bordelon et al.)
-instead of m = 0, for 1500 and 4000 steps: from m = 0, m stays near 0 and the context
+instead of m = 0, for 4000 steps: from m = 0, m stays near 0 and the context
 updates stay nearly off (m is unidentifiable up to a rescaling of W_v, so it keeps its
 start; BUILD_NOTES.md "Generalised models"). `m_start` is the top-2 trend with the context
 updates on and the longer budget the under-trained 1000-step grid lacked.
@@ -36,7 +36,7 @@ VARIANTS = {
     "cpu": ("softmax,single_stream,per_layer_values,context_updates", 2, 0.0, 1000),
     "top16": ("softmax,context_updates", 16, 0.0, 1000),
     "m_start": ("softmax,context_updates", 2, -1.0, 4000),
-    "m_start_top16": ("softmax,context_updates", 16, -1.0, 1500),
+    "m_start_top16": ("softmax,context_updates", 16, -1.0, 4000),
     "single_stream": ("single_stream", 2, 0.0, 1000),
 }
 
