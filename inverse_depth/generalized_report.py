@@ -294,7 +294,8 @@ def write_generalized_report(root: str) -> str:
   all_results, metrics, figures = reproduction.load_root(root, [name for name, _, _ in RUNS])
   lines = ["# Generalised models and looped layers", "",
            "Every number comes from the runs under this directory (one experiment workdir each, "
-           "with its own report.md). Runs: " + ", ".join(
+           "with its own report.md). Runs, with their training and evaluation time (theory "
+           "bounds and compilation not counted): " + ", ".join(
                f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
                if name in all_results else f"{name} (not run)" for name, _, _ in RUNS) + ".",
            "", "## Depth trends beside the paper's description", ""]

@@ -244,7 +244,7 @@ def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], 
   lines = ["## Easy task (top-1 copy): one softmax layer solves it", ""]
   if results is None:
     return lines + ["Not run (runs/reproduce/easy has no results.json)."], []
-  lines += ["| model | depth | R_L (mean over seeds) | E[y*^2] | final top-1 attention mass |",
+  lines += ["| model | depth | R_L (mean over unflagged seeds) | E[y*^2] | final top-1 attention mass |",
             "|---|---|---|---|---|"]
   last_mass = {}
   for record in metrics:
@@ -255,10 +255,10 @@ def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], 
     runs = report.runs_of(results, fit)
     second = np.mean([r["target_second_moment"] for r in runs])
     mass = last_mass.get(fit["model"])
-    for i, (L, R) in enumerate(zip(fit["depths"], fit["losses"])):
-      lines.append(f"| {fit['model']} | {L} | {R:.4g} | {second:.4g} | "
-                   f"{mass[i]:.3f} |" if mass is not None else
-                   f"| {fit['model']} | {L} | {R:.4g} | {second:.4g} | - |")
+    grid_depths = sorted({r["depth"] for r in runs})  # the columns of selected_mass
+    for L, R in zip(fit["depths"], fit["losses"]):
+      mass_text = f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"
+      lines.append(f"| {fit['model']} | {int(L)} | {R:.4g} | {second:.4g} | {mass_text} |")
     if fit["model"] == "softmax" and fit["depths"] and fit["depths"][0] == 1:
       R1 = fit["losses"][0]
       checks.append((R1 < 0.01 * second, f"Easy task: one softmax layer reaches R_1 = {R1:.3g} "
@@ -496,7 +496,8 @@ def write_combined_report(root: str) -> str:
   header = ["# Reproducing the paper: Tables 1-5", "",
             "Every number below comes from the runs under this directory (one experiment "
             "workdir each, with its own report.md); the paper's values are references, never "
-            "inputs. Runs: " + ", ".join(
+            "inputs. Runs, with their training and evaluation time (theory bounds and "
+            "compilation not counted): " + ", ".join(
                 f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
                 if name in all_results else f"{name} (not run)" for name, _ in RUNS) + ".", "",
             f"## Checks ({passed} of {len(checks)} pass)", ""]

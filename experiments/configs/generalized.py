@@ -4,6 +4,7 @@ context updates (C.3) beside the controlled softmax model, on the same data.
     python -m experiments.run --config=experiments/configs/generalized.py --workdir=runs/generalized
     python -m experiments.run --config=experiments/configs/generalized.py:top16 --workdir=runs/generalized_top16
     python -m experiments.run --config=experiments/configs/generalized.py:m_start_top16 --workdir=runs/m_start_top16
+    python -m experiments.run --config=experiments/configs/generalized.py:m_start --workdir=runs/m_start
     python -m experiments.run --config=experiments/configs/generalized.py:single_stream --workdir=runs/single_stream
 
 Softmax sizes (d = 16, P = 128, N = 32), isotropic spectrum, top-2 (`cpu`, the default)

@@ -1,4 +1,4 @@
-"""`make demo`: the depth-law run (depth_law.py) shrunk to about 10 minutes on 2 cores.
+"""`make demo`: the depth-law run (depth_law.py) shrunk to about 5 minutes on 2 cores.
 
 Softmax, top-2, isotropic, at the paper's softmax size (d = 16, P = 128, N = 32) and
 depth_law.py's training regime (small random query/key start, Adam 1e-3, cosine decay to
