@@ -8,8 +8,9 @@ context updates (C.3) beside the controlled softmax model, on the same data.
     python -m experiments.run --config=experiments/configs/generalized.py:single_stream --workdir=runs/single_stream
 
 Softmax sizes (d = 16, P = 128, N = 32), isotropic spectrum, top-2 (`cpu`, the default)
-or top-16 (`top16`: the controlled model and C.3 only), depths 1..32, 3 seeds, the
-depth-law training regime. Every variant is judged against `theory.softmax_bound`.
+or top-16 (`top16`: the controlled model and C.3 only), depths 1..32, 3 seeds,
+default.py's training regime (identity query/key start, Adam 3e-3, cosine decay to zero;
+not depth_law.py's small random start at 1e-3). Every variant is judged against `theory.softmax_bound`.
 What the paper describes: C.1 and C.2 keep an approximately inverse-depth trend; C.3
 keeps it at top-2 and saturates at top-16 with the learned m near -2.3 (run record `m`).
 Context updates cost O(P^2 (d + L)) per layer and context (S_l is P x P): at P = 128 a
