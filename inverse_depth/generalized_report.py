@@ -21,6 +21,7 @@ RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
         ("generalized_top16", "experiments/configs/generalized.py", "top16"),
         ("m_start_top16", "experiments/configs/generalized.py", "m_start_top16"),
         ("m_start", "experiments/configs/generalized.py", "m_start"),
+        ("depth_law_top16", "experiments/configs/generalized.py", "depth_law_top16"),
         ("looped", "experiments/configs/looped.py", None))
 
 # What the paper says about each variant (SPEC section 4), shown beside our numbers.

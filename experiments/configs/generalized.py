@@ -5,6 +5,7 @@ context updates (C.3) beside the controlled softmax model, on the same data.
     python -m experiments.run --config=experiments/configs/generalized.py:top16 --workdir=runs/generalized_top16
     python -m experiments.run --config=experiments/configs/generalized.py:m_start_top16 --workdir=runs/m_start_top16
     python -m experiments.run --config=experiments/configs/generalized.py:m_start --workdir=runs/m_start
+    python -m experiments.run --config=experiments/configs/generalized.py:depth_law_top16 --workdir=runs/depth_law_top16
     python -m experiments.run --config=experiments/configs/generalized.py:single_stream --workdir=runs/single_stream
 
 Softmax sizes (d = 16, P = 128, N = 32), isotropic spectrum, top-2 (`cpu`, the default)
@@ -25,6 +26,10 @@ instead of m = 0, for 4000 steps: from m = 0, m stays near 0 and the context
 updates stay nearly off (m is unidentifiable up to a rescaling of W_v, so it keeps its
 start; BUILD_NOTES.md "Generalised models"). `m_start` is the top-2 trend with the context
 updates on and the longer budget the under-trained 1000-step grid lacked.
+`depth_law_top16` (78 min) is `m_start_top16` in depth_law.py's regime (small random
+query/key start at scale 0.3, Adam 1e-3, 6000 steps, depths 1..16): there every C.3 and
+controlled model trains, so it separates C.3's top-16 behaviour from the training failure
+of the deep models in `m_start_top16`.
 `single_stream` trains C.1 alone with the label embedding W_y drawn at scale 1/sqrt(d) =
 0.25 instead of 1, so that |W_y y_i| ~ |W_x x_i| in the keys (at 1 the labels outweigh the
 inputs about 4 to 1 and no depth-1 model leaves ~5.0: BUILD_NOTES.md "Generalised models").
@@ -39,6 +44,7 @@ VARIANTS = {
     "top16": ("softmax,context_updates", 16, 0.0, 1000),
     "m_start": ("softmax,context_updates", 2, -1.0, 4000),
     "m_start_top16": ("softmax,context_updates", 16, -1.0, 4000),
+    "depth_law_top16": ("softmax,context_updates", 16, -1.0, 6000),
     "single_stream": ("single_stream", 2, 0.0, 1000),
 }
 
@@ -63,4 +69,8 @@ def get_config(variant: str = "cpu"):
   config.model_overrides.context_updates = dict(
       batch_size=64, max_steps=context_update_steps, checkpoint_every=250,
       eval_chunk_size=512, diagnostic_size=512)
+  if variant == "depth_law_top16":  # depth_law.py's regime; C.3 at depth 32 would be 65% of the cost
+    config.qk_init, config.qk_init_scale, config.learning_rate = "random", 0.3, 1e-3
+    config.max_steps = 6000
+    config.depths = (1, 2, 4, 8, 16)
   return config
