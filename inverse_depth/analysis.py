@@ -141,6 +141,22 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True) -> dict:
               losses=losses.tolist())
 
 
+def fit_depth_windows(depths, losses, min_depths: int = 4) -> list[dict]:
+  """`fit_depth_scaling` over L >= L_min for every L_min that leaves >= min_depths depths.
+
+  A law R_L = L0 + c L^-alpha that holds at every depth gives the same L0 and alpha on
+  every window; depths before the law sets in pull the full-range fit away, and the
+  windows show by how much. Each record is a fit record with `smallest_depth` added.
+  """
+  depths = np.asarray(depths, np.float64)
+  losses = np.asarray(losses, np.float64)
+  order = np.argsort(depths)
+  depths, losses = depths[order], losses[order]
+  return [dict(fit_depth_scaling(depths[start:], losses[start:]),
+               smallest_depth=float(depths[start]))
+          for start in range(depths.size - min_depths + 1)]
+
+
 def fit_gap(depths, shared_errors, L0: float) -> dict:
   """Gap fit log(L0 - C_L) = log c - alpha log L (ordinary least squares, SPEC Table 5).
 

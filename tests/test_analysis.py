@@ -175,3 +175,18 @@ def test_inverse_depth_curve_fit_is_resolved():
   fit = analysis.fit_depth_scaling(depths, 2.0 + 0.3 / depths)
   assert fit["resolved"]
   assert fit["L0"] == pytest.approx(2.0, rel=1e-3) and fit["alpha"] == pytest.approx(1.0, rel=1e-2)
+
+
+def test_window_fits_recover_a_law_that_sets_in_late():
+  """Shallow depths off the law pull the full-range fit away; the windows that start where
+  the law holds recover its L0 and alpha."""
+  depths = np.array([1, 2, 4, 8, 16, 32, 64, 128], np.float64)
+  law = 1.9 + 0.5 * depths ** -0.6
+  losses = np.where(depths < 8, 2.0 + 0.002 * np.log2(8 / depths), law)
+  windows = analysis.fit_depth_windows(depths[::-1], losses[::-1], min_depths=4)
+  assert [w["smallest_depth"] for w in windows] == [1, 2, 4, 8, 16]
+  assert [len(w["depths"]) for w in windows] == [8, 7, 6, 5, 4]
+  full, late = windows[0], windows[3]
+  assert abs(full["L0"] - 1.9) > 0.02
+  assert late["L0"] == pytest.approx(1.9, abs=1e-4)
+  assert late["alpha"] == pytest.approx(0.6, abs=1e-3)

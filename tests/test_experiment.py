@@ -185,7 +185,8 @@ def _synthetic_runs(depths, seeds=(0, 1)):
   return runs
 
 
-@pytest.mark.parametrize("depths", [(1, 2, 4, 8), (1,)], ids=["four-depths", "one-depth"])
+@pytest.mark.parametrize("depths", [(1, 2, 4, 8, 16), (1, 2, 4, 8), (1,)],
+                         ids=["five-depths", "four-depths", "one-depth"])
 def test_report_from_synthetic_results(tmp_path, depths):
   """write_report works for any valid config, including a single depth
   (config.validate accepts depths=(1,))."""
@@ -204,6 +205,10 @@ def test_report_from_synthetic_results(tmp_path, depths):
     softmax_fit = fits[0]
     assert softmax_fit["L0"] == pytest.approx(0.5, rel=0.05)
     assert softmax_fit["alpha"] == pytest.approx(1.0, rel=0.05)
+  # Window fits appear for grids with more than four depths: two windows per model here.
+  window_rows = [line for line in text.splitlines() if line.startswith("| softmax, top-2")
+                 and ("| 1..16 |" in line or "| 2..16 |" in line)]
+  assert len(window_rows) == (2 if len(depths) == 5 else 0)
 
 
 @pytest.mark.slow
