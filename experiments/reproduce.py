@@ -17,7 +17,8 @@ import time
 from absl import app, flags, logging
 
 from experiments.configs import tables
-from inverse_depth import config as config_lib, experiment, generalized_report, reproduction
+from inverse_depth import (checkpoint, config as config_lib, experiment, generalized_report,
+                           reproduction)
 
 SUITES = ("tables", "generalized")
 _SUITE = flags.DEFINE_enum("suite", "tables", list(SUITES), "Which set of runs.")
@@ -31,8 +32,8 @@ _ONLY = flags.DEFINE_list("only", [], "Run only these runs (names in the suite's
 # Minutes each run took at the cpu tier on 2 CPU cores (README "Reproducing the paper"):
 # the first estimate of the time left; later runs rescale it by the measured pace.
 CPU_MINUTES = dict(table1=41, table4=11, table4_top16=15, table3=5, easy=2, table2=18,
-                   generalized=63, single_stream=15, generalized_top16=43, m_start_top16=88, m_start=103,
-                   depth_law_top16=78, looped=13)
+                   generalized=63, single_stream=15, generalized_top16=43, m_start_top16=88,
+                   m_start=103, depth_law_top16=78, looped=13)
 
 
 def _load_config(path: str, argument: str | None):
@@ -85,7 +86,8 @@ def main(argv):
     run_start = time.time()
     try:
       experiment.run(config, f"{root}/{name}")
-    except (experiment.WorkdirConflict, experiment.Interrupted) as error:
+    except (experiment.WorkdirConflict, experiment.Interrupted,
+            checkpoint.CheckpointMismatch) as error:
       print(f"{name}: {error}", file=sys.stderr)
       sys.exit(getattr(error, "exit_code", 2))
     expected_done += CPU_MINUTES[name]

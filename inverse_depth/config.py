@@ -56,7 +56,8 @@ def _models_ok(value) -> bool:
 
 def _depths_ok(value) -> bool:
   return (isinstance(value, (list, tuple)) and len(value) > 0
-          and all(_is_int(L) and L >= 1 for L in value) and len(set(value)) == len(value))
+          and all(_is_int(L) and L >= 1 for L in value)
+          and all(x < y for x, y in zip(value, value[1:])))  # consecutive depths are paired
 
 
 def _spectra_ok(value) -> bool:
@@ -83,7 +84,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "k": _int_at_least(1),
     "spectra": (_spectra_ok, "a non-empty list of distinct (a, b) pairs of finite exponents "
                 "a, b >= 0"),
-    "depths": (_depths_ok, "a non-empty list of distinct integers >= 1"),
+    "depths": (_depths_ok, "a non-empty, strictly increasing list of integers >= 1"),
     "num_seeds": _int_at_least(1),
     "sizes": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
               and set(v.keys()) <= set(MODELS),

@@ -362,26 +362,51 @@ def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Arra
                           (str(q) for q in SELECTION_PERCENTILES),
                           np.percentile(errors, SELECTION_PERCENTILES).tolist())))
       runs.append(record)
-  flag_outliers(runs, None if bound is None else bound["reference"], spec.outlier_factor)
+  flag_outliers(runs, depth_references(bound, spec.depths), spec.outlier_factor)
   clean_SD = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),
                                                                     len(views))
   return runs, paired_differences([L for L, _, _ in views], squared_errors_SDE, clean_SD)
 
 
-def flag_outliers(runs: list[dict], reference: float | None, factor: float) -> None:
+def depth_references(bound: dict | None, depths) -> dict:
+  """The theory reference the models of each depth are judged against ({} without a bound).
+
+  softmax kinds: the best single cosine-attention layer at every depth. linear: the floor
+  of the depth-L covariance polynomial, T - h_:L^T G_:L,:L^+ h_:L; the moments that
+  `theory.linear_floor` returns for the deepest polynomial contain every shallower one.
+  """
+  if bound is None:
+    return {}
+  if bound["kind"] != "linear_floor":
+    return {L: bound["reference"] for L in depths}
+  h_R, G_RR = np.asarray(bound["h"]), np.asarray(bound["G"])
+  return {L: float(bound["T"] - h_R[:L] @ np.linalg.pinv(G_RR[:L, :L]) @ h_R[:L])
+          for L in depths}
+
+
+# A loss below this fraction of E[y*^2] counts as solved (the copy task): its ratio to its
+# peers' losses says nothing about training.
+SOLVED_FRACTION = 1e-3
+
+
+def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
   """Sets `flagged` (and `flag_reason`) on each run record in place.
 
-  A model is flagged when its loss exceeds `factor` x the median loss of its depth peers
-  (the other seeds), or `factor` x the theory `reference` (the single-layer bound of a
-  softmax grid, the linear floor of a linear one). Flagged models are kept out of the
-  means, the fits and the monotonicity check; the report names them.
+  A model is flagged when its loss exceeds `factor` x the median loss of the other seeds at
+  its depth (unless the loss is below SOLVED_FRACTION x E[y*^2]), or `factor` x the theory
+  reference of its depth (`depth_references`). Flagged models are kept out of the means,
+  the fits and the monotonicity check; the report names them.
   """
   for r in runs:
-    peers = [p["eval_loss"] for p in runs if p["depth"] == r["depth"] and not p["diverged"]]
+    peers = [p["eval_loss"] for p in runs
+             if p is not r and p["depth"] == r["depth"] and not p["diverged"]]
+    reference = references.get(r["depth"])
+    solved = r["eval_loss"] <= SOLVED_FRACTION * r["target_second_moment"]
     reasons = []
-    if not r["diverged"] and r["eval_loss"] > factor * float(np.median(peers)):
-      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the median of its depth "
-                     f"({float(np.median(peers)):.4g})")
+    if not r["diverged"] and peers and not solved and r["eval_loss"] > factor * float(
+        np.median(peers)):
+      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the median of the other seeds at "
+                     f"its depth ({float(np.median(peers)):.4g})")
     if not r["diverged"] and reference is not None and r["eval_loss"] > factor * reference:
       reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the theory bound ({reference:.4g})")
     r["flagged"] = bool(reasons)
@@ -441,7 +466,8 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   if len(keep) >= 2:
     fit.update(analysis.fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
                                           fit_floor=first["task"] == "topk"))
-    fit["gap_fit"] = analysis.fit_gap(depths, shared, fit["L0"]) if fit["L0"] > 0 else None
+    fit["gap_fit"] = (analysis.fit_gap(depths, shared, fit["L0"])
+                      if fit["resolved"] and fit["L0"] > 0 else None)
   else:
     nan = float("nan")
     fit.update(L0=nan, L0_se=nan, c=nan, c_se=nan, alpha=nan, alpha_se=nan, r2=nan,

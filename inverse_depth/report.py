@@ -313,7 +313,7 @@ def write_report(workdir: str) -> str:
             "| grid | L0 | c | alpha | R^2 | gap fit alpha (L0 - C_L = c L^-alpha) |",
             "|---|---|---|---|---|---|"]
   for fit in results["fits"]:
-    gap = fit.get("gap_fit")
+    gap = fit.get("gap_fit") if fit.get("resolved", True) else None  # no L0 to fit a gap to
     gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}"
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
     if fit.get("resolved", True):

@@ -227,7 +227,7 @@ def table5_section(results: dict | None) -> list[str]:
                        if np.isfinite(C))
     cells = [f"({fit['a']:g}, {fit['b']:g})"]
     bound = fit.get("bound") or {}
-    for gap in (fit.get("gap_fit"),
+    for gap in (fit.get("gap_fit") if fit.get("resolved") else None,
                 analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
                 if bound.get("single") else None):
       if gap and np.isfinite(gap["alpha"]):

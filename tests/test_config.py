@@ -51,6 +51,7 @@ INVALID = [
     ("k", _set(k=9)),  # smoke has P = 8
     ("depths", _set(depths=(0, 1, 2))),
     ("depths", _set(depths=(1, 2, 2))),
+    ("depths", _set(depths=(4, 1, 2))),  # consecutive depths are compared as pairs
     ("sizes.softmax.N", _set_size("softmax", N=2)),  # smoke has d = 4
     ("sizes.linear.P", _set_size("linear", P=0)),
     ("sizes", _set(sizes=dict(softmax=dict(d=4, P=8, N=8)))),

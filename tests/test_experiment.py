@@ -258,7 +258,7 @@ def test_a_stuck_model_is_flagged_by_name_and_kept_out_of_the_fit(tmp_path):
   runs = [r for r in _synthetic_runs(depths, seeds=(0, 1, 2)) if r["model"] == "softmax"]
   stuck = next(r for r in runs if r["depth"] == 4 and r["seed"] == 1)
   stuck["eval_loss"] = 6.5
-  experiment.flag_outliers(runs, reference=1.5, factor=1.2)
+  experiment.flag_outliers(runs, {L: 1.5 for L in depths}, factor=1.2)
   assert [(r["depth"], r["seed"]) for r in runs if r["flagged"]] == [(4, 1)]
   rng = np.random.default_rng(0)
   squared_errors_SDE = rng.exponential(1.0, size=(3, len(depths), 5000))
@@ -276,6 +276,50 @@ def test_a_stuck_model_is_flagged_by_name_and_kept_out_of_the_fit(tmp_path):
   (tmp_path / "results.json").write_text(json.dumps(results))
   text = open(report.write_report(str(tmp_path))).read()
   assert "The run is NOT clean" in text and "softmax L=4 seed 1" in text
+
+
+def test_linear_models_are_judged_against_the_floor_of_their_own_depth():
+  """The depth-L linear floor T - h_:L^T G_:L,:L^+ h_:L falls with L: a depth-1 model at
+  its own floor is not an outlier against the deeper floor (results/reproduce/table1 had
+  flagged linear L = 1 at 2.544 against the depth-4 floor 2.12; its own floor is ~2.43)."""
+  rng = np.random.default_rng(0)
+  features_NR = rng.normal(size=(4000, 4)) @ rng.normal(size=(4, 4))
+  target_N = features_NR @ np.array([1.0, 0.5, 0.25, 0.1]) + rng.normal(size=4000)
+  G_RR, h_R = features_NR.T @ features_NR / 4000, features_NR.T @ target_N / 4000
+  T = float(target_N @ target_N / 4000)
+  bound = dict(kind="linear_floor", reference=float(T - h_R @ np.linalg.solve(G_RR, h_R)),
+               T=T, h=h_R.tolist(), G=G_RR.tolist())
+  references = experiment.depth_references(bound, (1, 2, 4))
+  for L in (1, 2):  # least squares on the first L features, directly
+    weights = np.linalg.lstsq(features_NR[:, :L], target_N, rcond=None)[0]
+    assert references[L] == pytest.approx(np.mean((target_N - features_NR[:, :L] @ weights) ** 2))
+  assert references[4] == pytest.approx(bound["reference"])
+  assert references[1] > 1.2 * references[4]
+  runs = [dict(depth=L, seed=0, eval_loss=1.05 * references[L], diverged=False,
+               target_second_moment=T) for L in (1, 2, 4)]
+  experiment.flag_outliers(runs, references, factor=1.2)
+  assert not any(r["flagged"] for r in runs)
+  softmax = experiment.depth_references(dict(kind="softmax_bound", reference=2.0), (1, 8))
+  assert softmax == {1: 2.0, 8: 2.0}
+
+
+def test_peer_rule_compares_with_the_other_seeds_and_ignores_solved_models():
+  """With two seeds, 1.3 x the other seed is flagged at factor 1.2 (a median that included
+  the model itself would need 1.5 x); one seed has no peers; losses below 1e-3 E[y*^2] are
+  solved, whatever their ratio."""
+  def records(losses, depth=2):
+    return [dict(depth=depth, seed=s, eval_loss=x, diverged=False, target_second_moment=16.0)
+            for s, x in enumerate(losses)]
+  two = records([1.3, 1.0])
+  experiment.flag_outliers(two, {}, factor=1.2)
+  assert [r["flagged"] for r in two] == [True, False]
+  assert "other seeds" in two[0]["flag_reason"]
+  alone = records([5.0])
+  experiment.flag_outliers(alone, {}, factor=1.2)
+  assert not alone[0]["flagged"]
+  solved = records([2.2e-5, 4e-6, 5e-6])
+  experiment.flag_outliers(solved, {}, factor=1.2)
+  assert not any(r["flagged"] for r in solved)
 
 
 def test_ensemble_control_matches_models_trained_alone(tmp_path):
