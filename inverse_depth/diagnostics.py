@@ -73,10 +73,10 @@ def modewise_losses(weights_VBP: jax.Array, batch: Batch, rotations_BDD: jax.Arr
 def selection_errors(attention_TBP: jax.Array, selected_BK: jax.Array,
                      view_weights_VT: jax.Array) -> jax.Array:
   """E = |pbar - p*|^2 per view and context: [V, B] (see the module docstring)."""
-  mean_attention_MBP = jnp.einsum("vt,tbp->vbp", view_weights_VT, attention_TBP)
+  mean_attention_VBP = jnp.einsum("vt,tbp->vbp", view_weights_VT, attention_TBP)
   k = selected_BK.shape[-1]
-  on_selected_MB = jnp.take_along_axis(mean_attention_MBP, selected_BK[None], axis=-1).sum(-1)
-  return jnp.sum(mean_attention_MBP ** 2, axis=-1) - 2.0 * on_selected_MB / k + 1.0 / k
+  on_selected_VB = jnp.take_along_axis(mean_attention_VBP, selected_BK[None], axis=-1).sum(-1)
+  return jnp.sum(mean_attention_VBP ** 2, axis=-1) - 2.0 * on_selected_VB / k + 1.0 / k
 
 
 def attention_moments(attention_BPP: jax.Array) -> tuple[jax.Array, jax.Array]:

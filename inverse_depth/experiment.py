@@ -91,8 +91,7 @@ SELECTION_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
 
 def grid_name(model: str, a: float, b: float) -> str:
-  """Name of one (model, spectrum) grid: its bound file, and its grid file when the config
-  has one spectrum."""
+  """Name of one (model, spectrum) grid, as in bounds/<name>.json and the log."""
   return f"{model}_{config_lib.spectrum_name(a, b)}"
 
 

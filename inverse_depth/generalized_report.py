@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, report, reproduction
+from inverse_depth import analysis, report, reproduction, train
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt
 
@@ -86,11 +86,6 @@ def verdict(fit: dict, last_change: float | None, flagged: int, total: int) -> s
   return text
 
 
-def load_results(root: str) -> dict[str, dict]:
-  """results.json of every run of RUNS present under `root`, by run name."""
-  return reproduction.load_results(root, [name for name, _, _ in RUNS])
-
-
 def _means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
   """depth -> (mean, standard error) over the non-diverged seeds of a run-record field."""
   depths, means, errors = analysis.seed_means(runs, field)
@@ -136,26 +131,32 @@ def depth_table(results: dict) -> list[str]:
   return lines
 
 
-def last_interval_change(metrics: list[dict], model: str) -> tuple[float, int] | None:
-  """Relative change of a kind's mean validation loss over its last evaluation interval,
-  and the interval's length in steps (None with fewer than two evaluations)."""
-  curve = [m for m in metrics if m["model"] == model and m.get("val_loss") is not None]
+def last_interval_change(metrics: list[dict], fit: dict) -> dict | None:
+  """How a grid's validation loss changed over its last evaluation interval: the relative
+  change of the mean over its models (`mean`), the largest single-model fall
+  (`largest_fall`, the most negative change) and the interval in steps; None with fewer
+  than two evaluations."""
+  curve = [m for m in metrics if (m["model"], m["a"], m["b"]) == (fit["model"], fit["a"], fit["b"])
+           and m.get("val_loss") is not None]
   if len(curve) < 2:
     return None
-  before, after = (float(np.mean(m["val_loss"])) for m in curve[-2:])
-  return after / before - 1, curve[-1]["step"] - curve[-2]["step"]
+  before, after = (np.asarray(m["val_loss"], np.float64) for m in curve[-2:])
+  return dict(mean=float(after.mean() / before.mean() - 1),
+              largest_fall=float(np.nanmin(after / before - 1)),
+              steps=curve[-1]["step"] - curve[-2]["step"])
 
 
-def training_sentence(results: dict, metrics: list[dict], model: str) -> str:
-  """How a kind was trained, and how much its mean validation loss still fell over the last
+def training_sentence(results: dict, metrics: list[dict], fit: dict) -> str:
+  """How a grid was trained, and how much its validation loss still fell over the last
   evaluation interval (a model still falling there is under-trained)."""
   config = results["config"]
-  own = dict(config, **config["model_overrides"].get(model, {}))
+  own = dict(config, **config["model_overrides"].get(fit["model"], {}))
   text = f"{own['max_steps']} steps, batch {own['batch_size']}"
-  change = last_interval_change(metrics, model)
+  change = last_interval_change(metrics, fit)
   if change is not None:
-    text += (f"; mean validation loss {100 * change[0]:+.1f}% over the last "
-             f"{change[1]} steps")
+    text += (f"; mean validation loss {100 * change['mean']:+.1f}% over the last "
+             f"{change['steps']} steps (largest single-model fall "
+             f"{100 * change['largest_fall']:+.1f}%)")
   return text
 
 
@@ -171,12 +172,12 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       bound_text = f"{bound['single']:.4g}" if "single" in bound else "-"
       total = len(report.runs_of(results, fit))
       flagged = len(fit.get("flagged") or [])
-      change = last_interval_change(metrics.get(name, []), fit["model"])
+      change = last_interval_change(metrics.get(name, []), fit)
       lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
-                   f"{training_sentence(results, metrics.get(name, []), fit['model'])} | "
+                   f"{training_sentence(results, metrics.get(name, []), fit)} | "
                    f"{flagged} of {total} | {trend_sentence(fit)} | "
                    f"{PAPER.get(fit['model'], '-')} | "
-                   f"{verdict(fit, change and change[0], flagged, total)} |")
+                   f"{verdict(fit, change and change['mean'], flagged, total)} |")
   return lines
 
 
@@ -189,7 +190,9 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
     runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
     if not runs:
       continue
-    start = results["config"].get("context_update_m_init", 0.0)
+    config = results["config"]
+    start = dict(config, **config["model_overrides"].get("context_updates", {})).get(
+        "context_update_m_init", 0.0)
     text = f"- {name} (top-{runs[0]['k']}, m starts at {start:g}): m = " + ", ".join(
         f"{m:+.2f} (L={d})" for d, (m, _) in sorted(_means(runs, "m").items()))
     if "m_effective" in runs[0]:
@@ -323,8 +326,8 @@ def write_generalized_report(root: str) -> str:
   figure_lines = ["", "## Figures", ""]
   if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
     figure_lines += ["Learned m (o) and its invariant m g_2/g_1 (x) against depth (a colour "
-                     "per seed), and the first layer's context "
-                     "attention S_1 (one context, the first 32 tokens; rho from the fit "
+                     "per seed), and the first layer's context attention S_1 (one context, "
+                     f"the first {train.HEATMAP_TOKENS} tokens; rho from the fit "
                      "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
                      "![context updates](figures/context_updates.png)", ""]
   if "looped" in all_results:

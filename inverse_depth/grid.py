@@ -94,7 +94,8 @@ class InitScales:
   `value_init` "identity" sets W_v = I (every W_v^l = I for per_layer_values) and
   W_o = W_y^T / |W_y|^2, so every gain g_j = W_o W_v^j W_y is 1: with an identity
   query/key start and an orthogonal W_x the linear model then starts as L steps of
-  gradient descent on the context, of size qk_scale^2 / (d L) each (SPEC section 2).
+  gradient descent on the context, of size qk_scale^2 L^qk_depth_exponent / (d L) each
+  (SPEC section 2).
   """
   qk_scale: float = 1.0
   qk_depth_exponent: float = 0.0  # a depth-L model starts at qk_scale L^(exponent / 2)

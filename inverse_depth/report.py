@@ -2,7 +2,10 @@
 
 `checks` turns the paper's predictions at this scale into explicit pass/miss
 lines computed from the numbers, so a report never claims what it did not
-measure.
+measure. Its tolerances are the paper-regime issue's (fitted softmax L0 within 5% of the
+paper's, deepest linear loss within 3% of its floor); the combined reproduction report
+(reproduction.py) applies the reproduction issue's (Table 1 within 10%, Table 3 within 5%),
+so a number can pass there and miss here. Each check line states its tolerance.
 """
 
 import json
@@ -286,6 +289,18 @@ def _window_fits(results: dict, min_depths: int = 4) -> list[str]:
           "|---|---|---|---|---|---|"] + rows
 
 
+def _training_header(config: dict, kind: str) -> str:
+  """Sizes and training of one model kind, with its `model_overrides` applied."""
+  own = dict(config, **config.get("model_overrides", {}).get(kind, {}))
+  sizes = config["sizes"][kind]
+  return (f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
+          f"{list(own['depths'])}, {own['num_seeds']} seeds, {own['max_steps']} steps at batch "
+          f"{own['batch_size']}, {own['optimizer']} lr {own['learning_rate']:g} "
+          f"({own['schedule']} schedule), qk init {own['qk_init']} (scale "
+          f"{own['qk_init_scale']:g}), value init {own.get('value_init', 'random')}, eval set "
+          f"{own['eval_size']} contexts")
+
+
 def write_report(workdir: str) -> str:
   """Writes figures/*.png and report.md from workdir/results.json alone; returns its path."""
   with open(os.path.join(workdir, "results.json")) as f:
@@ -294,17 +309,11 @@ def write_report(workdir: str) -> str:
   os.makedirs(os.path.join(workdir, "figures"), exist_ok=True)
   plot_depth_scaling(results, os.path.join(workdir, "figures", "depth_scaling.png"))
   plot_decomposition(results, os.path.join(workdir, "figures", "decomposition.png"))
+  kinds = sorted({f["model"].split("-")[0] for f in results["fits"]})
   lines = ["# inverse-depth report", "",
-           "; ".join(f"{model} d={config['sizes'][model]['d']}, P={config['sizes'][model]['P']}, "
-                     f"N={config['sizes'][model]['N']}"
-                     for model in sorted({f['model'].split('-')[0] for f in results['fits']}))
-           + f"; depths {config['depths']}, {config['num_seeds']} seeds, batch "
-           f"{config['batch_size']}, {config['optimizer']} lr {config['learning_rate']:g} "
-           f"({config['schedule']} schedule), qk init {config['qk_init']} (scale "
-           f"{config['qk_init_scale']:g}), value init {config.get('value_init', 'random')}, "
-           f"eval set "
-           f"{config['eval_size']} contexts; {results['wall_time_s']:.0f} s on "
-           f"{results['num_devices']} {results['backend']} device(s).", "",
+           "; ".join(_training_header(config, kind) for kind in kinds)
+           + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "
+           f"{results['backend']} device(s).", "",
            "## Checks against the paper", ""]
   lines += [f"- {'PASS' if ok else 'MISS'}: {text}" for ok, text in checks(results)]
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "

@@ -68,7 +68,8 @@ def table1_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
   if results is None:
     return lines + ["Not run (runs/reproduce/table1 has no results.json)."], []
   lines += ["| (a, b) | softmax floor | paper | diff | best single cosine layer | best mixture | "
-            "linear floor | paper | diff | theory T - h^T G^+ h | linear R_4 vs R_2 |",
+            "linear floor | paper | diff | theory T - h^T G^+ h | "
+            "linear R at its deepest depth vs R_2 |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
   checks = []
   soft = {(f["a"], f["b"]): f for f in _fits(results, "softmax")}
@@ -384,16 +385,26 @@ def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
   report.save_figure(fig, path)
 
 
-def plot_attention_mass(metrics: list[dict], path: str) -> None:
+def column_labels(config: dict, model: str) -> list[str]:
+  """Labels of a grid's model columns in metrics.jsonl: its depths (flagged models included),
+  or the one-layer members of an ensemble control."""
+  if model.endswith("-ensemble"):
+    return [f"member {i + 1}" for i in range(max(config["depths"]))]
+  return [f"L={L}" for L in config["model_overrides"].get(model, {}).get("depths",
+                                                                          config["depths"])]
+
+
+def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
   """Attention mass on the target's tokens (top-1 mass on the easy task) during training,
-  a line per depth (mean over seeds)."""
+  a line per depth (mean over seeds), for one model kind's metrics."""
   fig, ax = plt.subplots(figsize=(5.5, 4))
   records = [m for m in metrics if "selected_mass" in m]
   if records:
     steps = [m["step"] for m in records]
     mass_KM = np.array([np.mean(m["selected_mass"], axis=0) for m in records])
+    labels = column_labels(config, records[0]["model"])
     for i in range(mass_KM.shape[1]):
-      ax.plot(steps, mass_KM[:, i], label=f"model {i}")
+      ax.plot(steps, mass_KM[:, i], label=labels[i])
   ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
   ax.legend(fontsize=7)
   report.save_figure(fig, path)
@@ -422,12 +433,11 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
   fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
   for ax, (model, a, b) in zip(axes.flat, grids):
     lines = [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)]
-    config = results["config"]  # the grid's depths, flagged ones included, in column order
-    depths = config["model_overrides"].get(model, {}).get("depths", config["depths"])
+    labels = column_labels(results["config"], model)
     val_KM = np.array([np.mean(m["val_loss"], axis=0) for m in lines])
     for i in range(val_KM.shape[1]):
       ax.plot([m["step"] for m in lines], val_KM[:, i], lw=1,
-              label=f"L={depths[i]}" if i < len(depths) else None)
+              label=labels[i] if i < len(labels) else None)
     ax.set_yscale("log")
     ax.set_title(f"{name}: {model} ({a:g},{b:g})", fontsize=7)
     ax.tick_params(labelsize=6)
@@ -483,8 +493,9 @@ def write_combined_report(root: str) -> str:
     plot_modewise(modewise_panels, os.path.join(figures, "modewise.png"))
     figure_lines += ["", "Normalised mode-wise loss (sequential for linear, collapsed for "
                      "softmax in the paper):", "", "![mode-wise loss](figures/modewise.png)"]
-  if metrics.get("easy"):
+  if metrics.get("easy") and "easy" in all_results:
     plot_attention_mass([m for m in metrics["easy"] if m["model"] == "softmax"],
+                        all_results["easy"]["config"],
                         os.path.join(figures, "easy_attention_mass.png"))
     figure_lines += ["", "![top-1 attention mass](figures/easy_attention_mass.png)"]
   for name, results in all_results.items():

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, diagnostics, experiment, generalized_report, tasks
+from inverse_depth import analysis, diagnostics, experiment, generalized_report, reproduction, tasks
 from inverse_depth import config as config_lib
 from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
 from inverse_depth.models import (CONTEXT_ATTENTION, LAYER_PREDICTIONS, TEST_ATTENTION,
@@ -449,7 +449,8 @@ def generalized_root(tmp_path_factory):
 def test_generalized_configs_run_end_to_end(generalized_root):
   """The configs of issue 10 validate and run at toy sizes: every variant gets a fit, the
   context-updates records carry the learned m and the S_1 fit, all their parameter count."""
-  found = generalized_report.load_results(generalized_root)
+  found = reproduction.load_results(generalized_root,
+                                    [name for name, _, _ in generalized_report.RUNS])
   assert list(found) == [name for name, _, _ in generalized_report.RUNS]
   for results in found.values():
     config = results["config"]
@@ -530,6 +531,21 @@ def test_verdict_names_depths_lost_to_flags():
   text = generalized_report.verdict(fit, -0.001, 6, 15)
   assert text.startswith("agrees: no trend, judged on depths 1, 2, 4 only")
   assert text.endswith("every model at depth 8, 16 is flagged")
+
+
+def test_last_interval_change_is_per_grid_and_names_the_largest_fall():
+  """Metrics hold one line per spectrum per evaluation: the change compares a grid with
+  itself, and one model still falling shows beside the mean of the flat ones."""
+  def line(step, a, val_loss):
+    return dict(model="softmax", a=a, b=0.0, step=step, val_loss=val_loss)
+  metrics = [line(250, 0.0, [[1.0, 1.0, 1.0, 1.0]]), line(250, 0.5, [[9.0, 9.0, 9.0, 9.0]]),
+             line(500, 0.0, [[1.0, 1.0, 1.0, 0.9]]), line(500, 0.5, [[9.0, 9.0, 9.0, 9.0]])]
+  change = generalized_report.last_interval_change(metrics, dict(model="softmax", a=0.0, b=0.0))
+  assert change["steps"] == 250
+  assert change["mean"] == pytest.approx(-0.025)
+  assert change["largest_fall"] == pytest.approx(-0.1)
+  flat = generalized_report.last_interval_change(metrics, dict(model="softmax", a=0.5, b=0.0))
+  assert flat == dict(mean=0.0, largest_fall=0.0, steps=250)
 
 
 def test_generalized_suite_refuses_the_paper_tier(capsys):

@@ -110,3 +110,13 @@ def test_reproduce_entrypoint_runs_the_chosen_runs_and_writes_the_report(tmp_pat
   floor_at_this_P = [row.split("|")[6].strip() for row in table3_rows]
   assert floor_at_this_P and "-" not in floor_at_this_P
   assert sorted(reproduction.load_results(str(tmp_path))) == ["easy", "table3"]
+
+
+def test_column_labels_follow_the_grid_layout():
+  """metrics.jsonl columns are a grid's depths (its own when model_overrides sets them) or,
+  for an ensemble control, its max(depths) one-layer members."""
+  config = dict(depths=[1, 2, 4], model_overrides=dict(linear=dict(depths=[1, 2])))
+  assert reproduction.column_labels(config, "softmax") == ["L=1", "L=2", "L=4"]
+  assert reproduction.column_labels(config, "linear") == ["L=1", "L=2"]
+  assert reproduction.column_labels(config, "softmax-ensemble") == [
+      "member 1", "member 2", "member 3", "member 4"]

@@ -110,7 +110,8 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Value/readout initialisation: "random" (W_v ~ N(0, 1/N), W_o ~ N(0, 1/N)) or "identity"
   # (W_v = I, W_o = W_y^T / |W_y|^2: every gain W_o W_v^j W_y is 1; with identity query/key
   # weights and an orthogonal W_x the linear model starts as L gradient-descent steps of size
-  # qk_init_scale^2 / (d L) on the context; positive_gain has nothing to flip).
+  # qk_init_scale^2 L^qk_init_depth_exponent / (d L) on the context; positive_gain has
+  # nothing to flip).
   config.value_init = "random"
   # Standard deviation of the label embedding W_y's entries. The controlled models use W_y
   # only through the gains W_o W_v^j W_y (its scale is a change of units); the single
@@ -132,8 +133,9 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # stream and report the average of the first L of them beside the depth-L model.
   config.ensemble_control = False
   # Contexts of the evaluation set (its first ones) on which the diagnostics are computed:
-  # mode-wise loss along the eigen-directions of Sigma, and for softmax the selection error
-  # |pbar_L - p*|^2 and the attention mass on the target's tokens. 0 skips them.
+  # mode-wise loss along the eigen-directions of Sigma and, for softmax, the selection error
+  # |pbar_L - p*|^2. 0 skips them. (The attention mass on the target's tokens during
+  # training is measured on the first validation chunk, whatever this is.)
   config.diagnostic_size = 4096
   # Per model kind, fields whose value differs for that kind's grids (any field except
   # model, task, k, spectra, sizes, seed), e.g. the linear model's own learning

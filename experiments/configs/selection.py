@@ -3,7 +3,8 @@
     python -m experiments.run --config=experiments/configs/selection.py --workdir=runs/selection
 
 Softmax, top-2, isotropic, the depths of the tier; E_L(c) = |pbar_L(c) - p*|^2 on
-20,480 evaluation contexts (run record `selection_error_percentiles`), for L = 1 against
+every evaluation context (diagnostic_size = eval_size; run record
+`selection_error_percentiles`), for L = 1 against
 the deepest model, with their difference per percentile. `make reproduce` reads the same
 records from the Table 1 run's (0, 0) softmax grid.
 """

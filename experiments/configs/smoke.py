@@ -1,4 +1,5 @@
-"""A tiny grid that runs end to end in well under a minute (tests, quick checks)."""
+"""A tiny grid that runs end to end in about a minute on 2 CPU cores, most of it compiling
+(tests, quick checks)."""
 
 from experiments.configs import default
 

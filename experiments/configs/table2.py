@@ -3,8 +3,9 @@
     python -m experiments.run --config=experiments/configs/table2.py --workdir=runs/table2
 
 Depths 1, 2, 4, 8 (`cpu`; 1..16 at `paper`), fit R_L = c L^-alpha (L0 = 0), beside
-zeta = (a + b - 1)/a (repeated updates) and 2 zeta (free covariance polynomial,
-`theory.jacobi_optimal_risk`). What it should show: alpha between zeta and 2 zeta.
+zeta = (a + b - 1)/a (repeated updates) and 2 zeta (free covariance polynomial; the
+report also fits the exponent of `theory.optimal_polynomial_risk` at the same d and
+depths). What it should show: alpha between zeta and 2 zeta.
 Measured at `cpu` (results/reproduce/table2, 18 min on 2 shared cores): all seven
 between, 6-14% below the paper's.
 
