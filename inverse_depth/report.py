@@ -150,14 +150,14 @@ def _monotone_check(fit: dict) -> tuple[bool, str]:
   steps = ", ".join(f"{p['previous']}->{p['depth']}: {p['difference']:+.2g} +- {p['se']:.2g}"
                     for p in fit.get("paired_differences", []))
   return (not bad, f"{label}: loss monotone in depth within 2 paired standard errors "
-          f"(R_L - R_L' on the shared evaluation set: {steps or 'n/a'})"
+          f"(R_L - R_L' on the shared evaluation set: {steps})"
           + (f"; rises at depths {bad} (SPEC 7: for parallel models a rise means "
              "under-training)" if bad else "."))
 
 
 def _softmax_checks(fit: dict) -> list[tuple[bool, str]]:
   label = grid_label(fit)
-  lines = [_monotone_check(fit)]
+  lines = [_monotone_check(fit)] if fit.get("paired_differences") else []  # one depth: no pairs
   bound = fit.get("bound")
   losses = fit["losses"]
   if bound and fit["depths"] and fit["depths"][0] == 1:

@@ -209,6 +209,8 @@ def test_report_from_synthetic_results(tmp_path, depths):
   window_rows = [line for line in text.splitlines() if line.startswith("| softmax, top-2")
                  and ("| 1..16 |" in line or "| 2..16 |" in line)]
   assert len(window_rows) == (2 if len(depths) == 5 else 0)
+  if len(depths) == 1:  # nothing to pair: no monotonicity verdict either way
+    assert "loss monotone" not in text
 
 
 @pytest.mark.slow
