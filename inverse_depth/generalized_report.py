@@ -146,13 +146,12 @@ def last_interval_change(metrics: list[dict], fit: dict) -> dict | None:
               steps=curve[-1]["step"] - curve[-2]["step"])
 
 
-def training_sentence(results: dict, metrics: list[dict], fit: dict) -> str:
+def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
   """How a grid was trained, and how much its validation loss still fell over the last
-  evaluation interval (a model still falling there is under-trained)."""
-  config = results["config"]
-  own = dict(config, **config["model_overrides"].get(fit["model"], {}))
+  evaluation interval (`last_interval_change`; a model still falling there is
+  under-trained)."""
+  own = report.kind_config(results["config"], fit["model"])
   text = f"{own['max_steps']} steps, batch {own['batch_size']}"
-  change = last_interval_change(metrics, fit)
   if change is not None:
     text += (f"; mean validation loss {100 * change['mean']:+.1f}% over the last "
              f"{change['steps']} steps (largest single-model fall "
@@ -174,7 +173,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       flagged = len(fit.get("flagged") or [])
       change = last_interval_change(metrics.get(name, []), fit)
       lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
-                   f"{training_sentence(results, metrics.get(name, []), fit)} | "
+                   f"{training_sentence(results, fit, change)} | "
                    f"{flagged} of {total} | {trend_sentence(fit)} | "
                    f"{PAPER.get(fit['model'], '-')} | "
                    f"{verdict(fit, change and change['mean'], flagged, total)} |")
@@ -190,8 +189,7 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
     runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
     if not runs:
       continue
-    config = results["config"]
-    start = dict(config, **config["model_overrides"].get("context_updates", {})).get(
+    start = report.kind_config(results["config"], "context_updates").get(
         "context_update_m_init", 0.0)
     text = f"- {name} (top-{runs[0]['k']}, m starts at {start:g}): m = " + ", ".join(
         f"{m:+.2f} (L={d})" for d, (m, _) in sorted(_means(runs, "m").items()))

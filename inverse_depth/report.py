@@ -289,9 +289,15 @@ def _window_fits(results: dict, min_depths: int = 4) -> list[str]:
           "|---|---|---|---|---|---|"] + rows
 
 
+def kind_config(config: dict, kind: str) -> dict:
+  """A saved config.json as the grids of model kind `kind` ran it: its `model_overrides`
+  applied (config.resolve, on the plain dict a results.json holds)."""
+  return dict(config, **config.get("model_overrides", {}).get(kind, {}))
+
+
 def _training_header(config: dict, kind: str) -> str:
   """Sizes and training of one model kind, with its `model_overrides` applied."""
-  own = dict(config, **config.get("model_overrides", {}).get(kind, {}))
+  own = kind_config(config, kind)
   sizes = config["sizes"][kind]
   return (f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
           f"{list(own['depths'])}, {own['num_seeds']} seeds, {own['max_steps']} steps at batch "

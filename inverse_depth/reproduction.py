@@ -390,8 +390,7 @@ def column_labels(config: dict, model: str) -> list[str]:
   or the one-layer members of an ensemble control."""
   if model.endswith("-ensemble"):
     return [f"member {i + 1}" for i in range(max(config["depths"]))]
-  return [f"L={L}" for L in config["model_overrides"].get(model, {}).get("depths",
-                                                                          config["depths"])]
+  return [f"L={L}" for L in report.kind_config(config, model)["depths"]]
 
 
 def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
