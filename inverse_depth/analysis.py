@@ -1,4 +1,5 @@
-"""The shared/disagreement identity and the depth-scaling fits (SPEC section 3).
+"""The shared/disagreement identity, the depth-scaling fits (SPEC section 3) and the fit
+record of a grid built from its run records (`fit_grid`).
 
 Identity, exact for any L > 1, with e_l = f_l - y*:
     A_L = (1/L) sum_l E[e_l^2]                      (mean single-layer error)
@@ -184,3 +185,46 @@ def fit_gap(depths, shared_errors, L0: float) -> dict:
   c = float(np.exp(coef[0]))
   return dict(result, c=c, c_se=float(c * log_c_se), alpha=float(coef[1]),
               alpha_se=float(alpha_se), r2=_r_squared(log_gaps, residuals))
+
+
+def non_monotone_depths(paired: list[dict], num_se: float = 2.0) -> list[int]:
+  """Depths whose loss rises above the previous depth's by more than `num_se` paired
+  standard errors (SPEC 7: a converged parallel model has R_2L <= R_L)."""
+  return [p["depth"] for p in paired
+          if np.isfinite(p["difference"]) and p["difference"] > num_se * p["se"]]
+
+
+def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
+             bound: dict | None = None) -> dict:
+  """The fit record of one grid (model, task, spectrum) from its run records.
+
+  Diverged and flagged models are left out of the means and the fit.
+  """
+  first = runs[0]
+  clean = clean_runs(runs)
+  depths, losses, loss_se = seed_means(clean, "eval_loss")
+  _, shared, _ = seed_means(clean, "C")
+  _, disagreement, _ = seed_means(clean, "disagreement")
+  keep = [i for i, loss in enumerate(losses) if np.isfinite(loss)]
+  paired = paired_differences or []
+  fit = dict(model=first["model"], task=first["task"], k=first["k"], a=first["a"],
+             b=first["b"], loss_se=loss_se, shared_error=shared, disagreement=disagreement,
+             excluded_diverged=[dict(depth=r["depth"], seed=r["seed"],
+                                     step=r["diverged_at_step"]) for r in runs if r["diverged"]],
+             flagged=[dict(depth=r["depth"], seed=r["seed"], eval_loss=r["eval_loss"],
+                           reason=r["flag_reason"]) for r in runs if r.get("flagged")],
+             paired_differences=paired, non_monotone_depths=non_monotone_depths(paired),
+             bound=bound,
+             all_converged=all(r["converged"] for r in runs if not r["diverged"]))
+  fit["clean"] = not fit["flagged"] and not fit["excluded_diverged"]
+  if len(keep) >= 2:
+    fit.update(fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
+                                          fit_floor=first["task"] == "topk"))
+    fit["gap_fit"] = (fit_gap(depths, shared, fit["L0"])
+                      if fit["resolved"] and fit["L0"] > 0 else None)
+  else:
+    nan = float("nan")
+    fit.update(L0=nan, L0_se=nan, c=nan, c_se=nan, alpha=nan, alpha_se=nan, r2=nan,
+               depths=depths, losses=losses, gap_fit=None, resolved=False,
+               verdict="fewer than two depths with a clean model: nothing to fit")
+  return fit

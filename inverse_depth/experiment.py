@@ -26,10 +26,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from inverse_depth import (analysis, config as config_lib, diagnostics, models, report, tasks,
-                           theory)
+from inverse_depth import analysis, config as config_lib, report, theory
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.config import GridSpec
+from inverse_depth.evaluation import GridEvaluator
 from inverse_depth.files import write_json_atomic
 from inverse_depth.train import GridTrainer
 from inverse_depth.workdir import (CONFIG_FILE, RESULTS_FILE, MetricsLog, WorkdirConflict,
@@ -87,7 +87,6 @@ def _root_keys(seed: int) -> dict[str, jax.Array]:
 
 THEORY_STREAM = 5  # fold_in index of the theory bounds' key (the four streams above are split)
 BOUND_CHUNK_FLOATS = 2 ** 25  # context inputs per Monte Carlo chunk of a bound (memory)
-SELECTION_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
 
 def grid_name(model: str, a: float, b: float) -> str:
@@ -143,77 +142,6 @@ def _cached_bound(spec: GridSpec, a: float, b: float, workdir: str) -> dict | No
   return bound
 
 
-PLATEAU_FRACTION = 0.9
-
-
-def uniform_attention_loss(mean_label, target) -> float:
-  """Loss of the best predictor g * mean_i(y_i) (per context: `mean_label`, `target`): what a
-  model on the uniform-attention plateau achieves.
-  min_g E[(g ybar - y*)^2] = E[y*^2] - E[y* ybar]^2 / E[ybar^2]."""
-  mean_label, target = np.asarray(mean_label, np.float64), np.asarray(target, np.float64)
-  return float(np.mean(target ** 2) - np.mean(target * mean_label) ** 2 / np.mean(mean_label ** 2))
-
-
-# Jitted once per shape and task (the exponents are traced), shared by every spectrum and grid.
-_sample_contexts = jax.jit(tasks.sample_contexts, static_argnames=("d", "P", "task", "k"))
-_context_rotations = jax.jit(jax.vmap(tasks.context_rotation, in_axes=(0, None)),
-                             static_argnums=1)
-
-
-def evaluate(trainer: GridTrainer, params, key: jax.Array, size: int, chunk_size: int,
-             spectrum: int, views: list[slice], diagnostic_size: int):
-  """Held-out evaluation of one spectrum's seeds on sample_contexts(split(key, size)), drawn
-  and evaluated chunk by chunk so that only one chunk of contexts is in memory (at d = 128,
-  P = 1024 the whole set would not be).
-
-  Returns per-layer predictions [seeds, T, E], targets [E], context mean labels [E], and
-  the diagnostics (diagnostics.py) of each view (`views`: the packed layers whose mean is a
-  reported model) on the first whole chunks covering `diagnostic_size` contexts: mode-wise
-  losses [seeds, V, D] and their zero-predictor values [D] (means over those contexts; models
-  linear in the labels), selection errors [seeds, V, n] (attention models), the first
-  layer's tr S_1 and |S_1|_F^2 [seeds, M, n] and one context's S_1 block (context
-  attention), the loss with m moved by each of diagnostics.M_OFFSETS [seeds, V, offsets]
-  (models with a learned m), and n.
-  """
-  problem = trainer.problem
-  a, b = problem.spectra[spectrum]
-  keys = jax.random.split(key, size)
-  weights_VT = diagnostics.view_weights(trainer.layout.total_layers, views)
-  preds, targets, mean_labels, diagnosed, counts = [], [], [], [], []
-  for start in range(0, size, chunk_size):
-    chunk_keys = keys[start:start + chunk_size]
-    chunk = _sample_contexts(chunk_keys, d=problem.d, P=problem.P, a=a, b=b, task=problem.task,
-                             k=problem.k)
-    preds.append(trainer.predict(params, chunk, chunk_size, spectrum))
-    targets.append(np.asarray(chunk.target_B, np.float64))
-    mean_labels.append(np.asarray(chunk.y_context_BP, np.float64).mean(axis=1))
-    if start < diagnostic_size:
-      diagnosed.append(jax.tree.map(np.asarray, trainer.diagnostics(
-          params, chunk, _context_rotations(chunk_keys, problem.d), spectrum, weights_VT)))
-      if "m" in params["model"]:
-        diagnosed[-1]["m_profile_loss"] = diagnostics.loss_along_m(
-            lambda moved: trainer.predict(moved, chunk, len(chunk_keys), spectrum), params,
-            chunk.target_B, weights_VT)
-      counts.append(float(len(chunk_keys)))
-  found = dict(contexts=int(sum(counts)))
-  if diagnosed and "modewise_loss" in diagnosed[0]:
-    found["modewise_loss"] = sum(c * d["modewise_loss"] for c, d in zip(counts, diagnosed)
-                                 ) / sum(counts)
-    found["modewise_zero_loss"] = sum(c * d["modewise_zero_loss"]
-                                      for c, d in zip(counts, diagnosed)) / sum(counts)
-  if diagnosed and "m_profile_loss" in diagnosed[0]:
-    found["m_profile_loss"] = sum(c * d["m_profile_loss"] for c, d in zip(counts, diagnosed)
-                                  ) / sum(counts)
-  if diagnosed and "selection_error" in diagnosed[0]:
-    found["selection_error"] = np.concatenate([d["selection_error"] for d in diagnosed], -1)
-  if diagnosed and "context_attention_trace" in diagnosed[0]:
-    found.update({name: np.concatenate([d[name] for d in diagnosed], -1) for name in
-                  ("context_attention_trace", "context_attention_square")},
-                 context_attention_heatmap=diagnosed[0]["context_attention_heatmap"])
-  return (np.concatenate(preds, axis=-1), np.concatenate(targets), np.concatenate(mean_labels),
-          found)
-
-
 def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
                bounds: list[dict | None]) -> dict:
   """Trains (or resumes) one grid and evaluates it, spectrum by spectrum.
@@ -232,14 +160,15 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   val_sets = tuple(sample(keys["val"], spec.val_size, a, b) for a, b in spec.problem.spectra)
   state, train_time_s = _train_resumably(spec, trainer, val_sets, workdir, stop)
   eval_start = time.time()
+  evaluator = GridEvaluator(trainer)
   if spec.ensemble:
     views = [(L, slice(0, L), list(range(L))) for L in spec.depths]
   else:
     views = [(L, trainer.layout.layer_slice(m), [m]) for m, L in enumerate(spec.depths)]
   runs, paired = [], []
   for spectrum, bound in enumerate(bounds):
-    spectrum_runs, spectrum_paired = _run_records(spec, trainer, state, keys["eval"], spectrum,
-                                                  views, bound)
+    spectrum_runs, spectrum_paired = evaluator.run_records(spec, state, keys["eval"], spectrum,
+                                                           views, bound)
     runs += spectrum_runs
     paired.append(spectrum_paired)
   return dict(runs=runs, paired_differences=paired, bounds=bounds, train_time_s=train_time_s,
@@ -297,184 +226,6 @@ def _validation_text(spec: GridSpec, val_loss_SM) -> str:
           + (f" (mean over {num_spectra} spectra)" if num_spectra > 1 else ""))
 
 
-def _run_records(spec: GridSpec, trainer: GridTrainer, state, eval_key: jax.Array,
-                 spectrum: int, views, bound: dict | None) -> tuple[list[dict], list[dict]]:
-  """One results.json run record per (seed, depth) model of one spectrum, from held-out
-  predictions, and the paired differences of consecutive depths (`paired_differences`).
-
-  `views` lists, per reported depth L, the packed layers whose predictors form the model
-  (a slice) and the trained grid models they belong to (for the bookkeeping fields).
-  """
-  a, b = spec.problem.spectra[spectrum]
-  layer_preds_STE, target_E, mean_label_E, found = evaluate(
-      trainer, state.params, eval_key, spec.eval_size, spec.eval_chunk_size, spectrum,
-      [layers for _, layers, _ in views], spec.diagnostic_size)
-  plateau_loss = uniform_attention_loss(mean_label_E, target_E)
-  squared_errors_SDE = np.stack([
-      [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
-       for _, layers, _ in views] for s in range(len(spec.seeds))])
-  runs = []
-  for s, seed in enumerate(spec.seeds):
-    r = spectrum * len(spec.seeds) + s  # the replicate
-    for i, (depth, layers, members) in enumerate(views):
-      parts = analysis.decompose(layer_preds_STE[s, layers], target_E)
-      record = dict(
-          model=spec.label, task=spec.problem.task, k=spec.problem.k, a=a, b=b,
-          d=spec.problem.d, P=spec.problem.P, N=spec.N, depth=depth, seed=seed,
-          eval_loss=parts["R"],
-          eval_loss_se=float(squared_errors_SDE[s, i].std() / np.sqrt(target_E.size)),
-          A=parts["A"], C=parts["C"], disagreement=parts["disagreement"],
-          identity_residual=parts["identity_residual"],
-          diverged=bool(state.diverged_SM[r, members].any()),
-          diverged_at_step=int(state.diverged_at_step_SM[r, members].max()),
-          converged=bool(state.converged_SM[r, members].all()),
-          steps=int(state.steps_trained_SM[r, members].max()),
-          final_lr_scale=float(state.lr_scale_SM[r, members].mean()),
-          uniform_attention_loss=plateau_loss,
-          on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
-          target_second_moment=float(np.mean(target_E ** 2)),
-          parameters=models.parameter_count(spec.model, depth, d=spec.problem.d, N=spec.N,
-                                            loop_group=spec.loop_group),
-          diagnostic_contexts=found["contexts"])
-      if "m" in state.params["model"]:  # context_updates: the learned context attention weight
-        record["m"] = float(state.params["model"]["m"][r, members].mean())
-        record["m_effective"] = float(np.mean([diagnostics.effective_context_step(
-            jax.tree.map(lambda x: x[r, member], state.params["model"]))
-            for member in members]))
-        record["m_profile"] = dict(offsets=list(diagnostics.M_OFFSETS),
-                                   loss=found["m_profile_loss"][s, i].tolist())
-      if "context_attention_trace" in found:  # S_1 ~ rho I + (1 - rho) 11^T/P
-        model = members[0]
-        fit = diagnostics.uniform_mixture_fit(found["context_attention_trace"][s, model],
-                                              found["context_attention_square"][s, model],
-                                              spec.problem.P)
-        record.update(first_layer_rho=fit["rho"], first_layer_rho_r2=fit["r2"],
-                      first_layer_attention=np.round(
-                          found["context_attention_heatmap"][s, model], 5).tolist())
-      if "modewise_loss" in found:
-        record.update(modewise_loss=found["modewise_loss"][s, i].tolist(),
-                      modewise_zero_loss=found["modewise_zero_loss"].tolist())
-      if "selection_error" in found:
-        errors = found["selection_error"][s, i]
-        record.update(selection_error_mean=float(errors.mean()),
-                      selection_error_percentiles=dict(zip(
-                          (str(q) for q in SELECTION_PERCENTILES),
-                          np.percentile(errors, SELECTION_PERCENTILES).tolist())))
-      runs.append(record)
-  flag_outliers(runs, depth_references(bound, spec.depths), spec.outlier_factor)
-  clean_SD = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),
-                                                                    len(views))
-  return runs, paired_differences([L for L, _, _ in views], squared_errors_SDE, clean_SD)
-
-
-def depth_references(bound: dict | None, depths) -> dict:
-  """The theory reference the models of each depth are judged against ({} without a bound).
-
-  softmax kinds: the best single cosine-attention layer at every depth. linear: the floor
-  of the depth-L covariance polynomial, T - h_:L^T G_:L,:L^+ h_:L; the moments that
-  `theory.linear_floor` returns for the deepest polynomial contain every shallower one.
-  """
-  if bound is None:
-    return {}
-  if bound["kind"] != "linear_floor":
-    return {L: bound["reference"] for L in depths}
-  h_R, G_RR = np.asarray(bound["h"]), np.asarray(bound["G"])
-  return {L: float(bound["T"] - h_R[:L] @ np.linalg.pinv(G_RR[:L, :L]) @ h_R[:L])
-          for L in depths}
-
-
-# A loss below this fraction of E[y*^2] counts as solved (the copy task): its ratio to its
-# peers' losses says nothing about training.
-SOLVED_FRACTION = 1e-3
-
-
-def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
-  """Sets `flagged` (and `flag_reason`) on each run record in place.
-
-  A model is flagged when its loss exceeds `factor` x the median loss of the other seeds at
-  its depth (unless the loss is below SOLVED_FRACTION x E[y*^2]), or `factor` x the theory
-  reference of its depth (`depth_references`). Flagged models are kept out of the means,
-  the fits and the monotonicity check; the report names them.
-  """
-  for r in runs:
-    peers = [p["eval_loss"] for p in runs
-             if p is not r and p["depth"] == r["depth"] and not p["diverged"]]
-    reference = references.get(r["depth"])
-    solved = r["eval_loss"] <= SOLVED_FRACTION * r["target_second_moment"]
-    reasons = []
-    if not r["diverged"] and peers and not solved and r["eval_loss"] > factor * float(
-        np.median(peers)):
-      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the median of the other seeds at "
-                     f"its depth ({float(np.median(peers)):.4g})")
-    if not r["diverged"] and reference is not None and r["eval_loss"] > factor * reference:
-      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the theory bound ({reference:.4g})")
-    r["flagged"] = bool(reasons)
-    r["flag_reason"] = "; ".join(reasons)
-
-
-def paired_differences(depths, squared_errors_SDE: np.ndarray, clean_SD: np.ndarray) -> list:
-  """R_L - R_L' of consecutive depths on the shared evaluation set, with its standard error
-  over contexts: per context the squared-error difference averaged over the seeds where
-  both models are clean, then mean and std / sqrt(contexts). Seed-to-seed spread (which
-  one stuck seed inflates) does not enter."""
-  out = []
-  for i in range(1, len(depths)):
-    both = clean_SD[:, i] & clean_SD[:, i - 1]
-    if not both.any():
-      out.append(dict(depth=depths[i], previous=depths[i - 1], difference=float("nan"),
-                      se=float("nan"), seeds=0))
-      continue
-    per_context = (squared_errors_SDE[both, i] - squared_errors_SDE[both, i - 1]).mean(axis=0)
-    out.append(dict(depth=depths[i], previous=depths[i - 1],
-                    difference=float(per_context.mean()),
-                    se=float(per_context.std() / np.sqrt(per_context.size)),
-                    seeds=int(both.sum())))
-  return out
-
-
-def non_monotone_depths(paired: list[dict], num_se: float = 2.0) -> list[int]:
-  """Depths whose loss rises above the previous depth's by more than `num_se` paired
-  standard errors (SPEC 7: a converged parallel model has R_2L <= R_L)."""
-  return [p["depth"] for p in paired
-          if np.isfinite(p["difference"]) and p["difference"] > num_se * p["se"]]
-
-
-def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
-             bound: dict | None = None) -> dict:
-  """The fit record of one grid (model, task, spectrum) from its run records.
-
-  Diverged and flagged models are left out of the means and the fit.
-  """
-  first = runs[0]
-  clean = analysis.clean_runs(runs)
-  depths, losses, loss_se = analysis.seed_means(clean, "eval_loss")
-  _, shared, _ = analysis.seed_means(clean, "C")
-  _, disagreement, _ = analysis.seed_means(clean, "disagreement")
-  keep = [i for i, loss in enumerate(losses) if np.isfinite(loss)]
-  paired = paired_differences or []
-  fit = dict(model=first["model"], task=first["task"], k=first["k"], a=first["a"],
-             b=first["b"], loss_se=loss_se, shared_error=shared, disagreement=disagreement,
-             excluded_diverged=[dict(depth=r["depth"], seed=r["seed"],
-                                     step=r["diverged_at_step"]) for r in runs if r["diverged"]],
-             flagged=[dict(depth=r["depth"], seed=r["seed"], eval_loss=r["eval_loss"],
-                           reason=r["flag_reason"]) for r in runs if r.get("flagged")],
-             paired_differences=paired, non_monotone_depths=non_monotone_depths(paired),
-             bound=bound,
-             all_converged=all(r["converged"] for r in runs if not r["diverged"]))
-  fit["clean"] = not fit["flagged"] and not fit["excluded_diverged"]
-  if len(keep) >= 2:
-    fit.update(analysis.fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
-                                          fit_floor=first["task"] == "topk"))
-    fit["gap_fit"] = (analysis.fit_gap(depths, shared, fit["L0"])
-                      if fit["resolved"] and fit["L0"] > 0 else None)
-  else:
-    nan = float("nan")
-    fit.update(L0=nan, L0_se=nan, c=nan, c_se=nan, alpha=nan, alpha_se=nan, r2=nan,
-               depths=depths, losses=losses, gap_fit=None, resolved=False,
-               verdict="fewer than two depths with a clean model: nothing to fit")
-  return fit
-
-
 def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = False) -> dict:
   """Runs (or resumes) the experiment in `workdir` and writes results and report.
 
@@ -512,7 +263,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
       all_runs.extend(grid["runs"])
       for (a, b), paired, bound in zip(spec.problem.spectra, grid["paired_differences"],
                                        grid["bounds"]):
-        fits.append(fit_grid([r for r in grid["runs"] if (r["a"], r["b"]) == (a, b)], paired,
+        fits.append(analysis.fit_grid([r for r in grid["runs"] if (r["a"], r["b"]) == (a, b)], paired,
                              bound))
       grid_times.append(grid["wall_time_s"])
   if not trained:

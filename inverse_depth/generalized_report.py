@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, report, reproduction, train
+from inverse_depth import analysis, evaluation, report, reproduction
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt
 
@@ -325,7 +325,7 @@ def write_generalized_report(root: str) -> str:
   if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
     figure_lines += ["Learned m (o) and its invariant m g_2/g_1 (x) against depth (a colour "
                      "per seed), and the first layer's context attention S_1 (one context, "
-                     f"the first {train.HEATMAP_TOKENS} tokens; rho from the fit "
+                     f"the first {evaluation.HEATMAP_TOKENS} tokens; rho from the fit "
                      "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
                      "![context updates](figures/context_updates.png)", ""]
   if "looped" in all_results:

@@ -52,10 +52,9 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from inverse_depth import diagnostics, tasks
+from inverse_depth import tasks
 from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
-from inverse_depth.models import (CONTEXT_ATTENTION, LAYER_PREDICTIONS, LINEAR_IN_LABELS,
-                                  TEST_ATTENTION)
+from inverse_depth.models import LAYER_PREDICTIONS, TEST_ATTENTION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +165,6 @@ def _finite_per_model(tree: Params, layout: GridLayout) -> jax.Array:
 
 
 LAYER_AXIS = "layers"
-# Tokens kept of the first context's S_1 for the report's heatmaps (context_updates).
-HEATMAP_TOKENS = 32
 
 
 def default_mesh() -> Mesh:
@@ -216,7 +213,6 @@ class GridTrainer:
                                in_shardings=(self.state_shardings,),
                                out_shardings=(self.state_shardings, self.replicated))
     self.layer_predictions = jax.jit(self._spectrum_layer_predictions)
-    self.diagnostics = jax.jit(self._spectrum_diagnostics)
     self.selected_mass = (None if self._attention is None
                           else jax.jit(self._spectrum_selected_mass))
     self.update_convergence = jax.jit(self._update_convergence, donate_argnums=0,
@@ -321,40 +317,6 @@ class GridTrainer:
     spectrum: [seeds, T, B]."""
     return jax.vmap(lambda p: self._layer_predictions(p, batch, self.layout))(
         self.spectrum_params(params, spectrum))
-
-  def _spectrum_diagnostics(self, params: Params, batch: tasks.Batch, rotations_BDD: jax.Array,
-                            spectrum: jax.Array, view_weights_VT: jax.Array) -> dict:
-    """diagnostics.py on one batch of a spectrum, per seed and view (a model's prediction is
-    sum_t view_weights_VT[v, t] f_t): for models linear in the labels the mode-wise losses
-    [seeds, V, D] and the zero predictor's [D]; for attention models the selection errors
-    [seeds, V, B]; for models with context-to-context attention the first layer's tr S_1
-    and |S_1|_F^2 [seeds, M, B] and S_1 of the batch's first context, first
-    HEATMAP_TOKENS tokens [seeds, M, HEATMAP_TOKENS, HEATMAP_TOKENS]."""
-    seed_params = self.spectrum_params(params, spectrum)
-    omega_D = tasks.power_spectrum(self.problem.d,
-                                   jnp.asarray(self.problem.spectra, jnp.float32)[spectrum, 1])
-
-    def modewise(p):
-      weights_VBP = diagnostics.prediction_weights(self._layer_predictions, p, batch,
-                                                   self.layout, view_weights_VT)
-      return diagnostics.modewise_losses(weights_VBP, batch, rotations_BDD, omega_D)
-
-    out = {}
-    if self.model in LINEAR_IN_LABELS:
-      losses_SVD, zero_loss_SD = jax.vmap(modewise)(seed_params)
-      out.update(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0])
-    if self._attention is not None:
-      selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
-      out["selection_error"] = jax.vmap(lambda p: diagnostics.selection_errors(
-          self._attention(p, batch, self.layout), selected_BK, view_weights_VT))(seed_params)
-    if self.model in CONTEXT_ATTENTION:
-      attention_SMBPP = jax.vmap(lambda p: CONTEXT_ATTENTION[self.model](p, batch, self.layout))(
-          seed_params)
-      trace_SMB, square_SMB = diagnostics.attention_moments(attention_SMBPP)
-      out.update(context_attention_trace=trace_SMB, context_attention_square=square_SMB,
-                 context_attention_heatmap=attention_SMBPP[:, :, 0, :HEATMAP_TOKENS,
-                                                           :HEATMAP_TOKENS])
-    return out
 
   def _spectrum_selected_mass(self, params: Params, batch: tasks.Batch,
                               spectrum: jax.Array) -> jax.Array:

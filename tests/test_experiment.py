@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import experiment, report
+from inverse_depth import analysis, evaluation, experiment, report
 from tests import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,7 +193,7 @@ def test_report_from_synthetic_results(tmp_path, depths):
   config = smoke.get_config()
   config.depths = depths
   runs = _synthetic_runs(depths)
-  fits = [experiment.fit_grid([r for r in runs if r["model"] == m]) for m in ("softmax", "linear")]
+  fits = [analysis.fit_grid([r for r in runs if r["model"] == m]) for m in ("softmax", "linear")]
   results = dict(runs=runs, fits=fits, config=config.to_dict(), wall_time_s=1.0, backend="cpu",
                  num_devices=1)
   (tmp_path / "results.json").write_text(json.dumps(results))
@@ -260,16 +260,16 @@ def test_a_stuck_model_is_flagged_by_name_and_kept_out_of_the_fit(tmp_path):
   runs = [r for r in _synthetic_runs(depths, seeds=(0, 1, 2)) if r["model"] == "softmax"]
   stuck = next(r for r in runs if r["depth"] == 4 and r["seed"] == 1)
   stuck["eval_loss"] = 6.5
-  experiment.flag_outliers(runs, {L: 1.5 for L in depths}, factor=1.2)
+  evaluation.flag_outliers(runs, {L: 1.5 for L in depths}, factor=1.2)
   assert [(r["depth"], r["seed"]) for r in runs if r["flagged"]] == [(4, 1)]
   rng = np.random.default_rng(0)
   squared_errors_SDE = rng.exponential(1.0, size=(3, len(depths), 5000))
   squared_errors_SDE[1, 2] += 10.0  # the stuck model's errors
   clean_SD = np.array([[not r["flagged"] for r in runs if r["seed"] == s] for s in range(3)])
-  paired = experiment.paired_differences(list(depths), squared_errors_SDE, clean_SD)
+  paired = evaluation.paired_differences(list(depths), squared_errors_SDE, clean_SD)
   assert [p["seeds"] for p in paired] == [3, 2, 2]
   assert all(abs(p["difference"]) < 5 * p["se"] for p in paired)
-  fit = experiment.fit_grid(runs, paired)
+  fit = analysis.fit_grid(runs, paired)
   assert not fit["clean"] and fit["flagged"][0]["seed"] == 1
   assert fit["losses"][2] == pytest.approx(0.5 + 1 / 4 + 0.01)  # mean of seeds 0 and 2
   config = smoke.get_config()
@@ -291,7 +291,7 @@ def test_linear_models_are_judged_against_the_floor_of_their_own_depth():
   T = float(target_N @ target_N / 4000)
   bound = dict(kind="linear_floor", reference=float(T - h_R @ np.linalg.solve(G_RR, h_R)),
                T=T, h=h_R.tolist(), G=G_RR.tolist())
-  references = experiment.depth_references(bound, (1, 2, 4))
+  references = evaluation.depth_references(bound, (1, 2, 4))
   for L in (1, 2):  # least squares on the first L features, directly
     weights = np.linalg.lstsq(features_NR[:, :L], target_N, rcond=None)[0]
     assert references[L] == pytest.approx(np.mean((target_N - features_NR[:, :L] @ weights) ** 2))
@@ -299,9 +299,9 @@ def test_linear_models_are_judged_against_the_floor_of_their_own_depth():
   assert references[1] > 1.2 * references[4]
   runs = [dict(depth=L, seed=0, eval_loss=1.05 * references[L], diverged=False,
                target_second_moment=T) for L in (1, 2, 4)]
-  experiment.flag_outliers(runs, references, factor=1.2)
+  evaluation.flag_outliers(runs, references, factor=1.2)
   assert not any(r["flagged"] for r in runs)
-  softmax = experiment.depth_references(dict(kind="softmax_bound", reference=2.0), (1, 8))
+  softmax = evaluation.depth_references(dict(kind="softmax_bound", reference=2.0), (1, 8))
   assert softmax == {1: 2.0, 8: 2.0}
 
 
@@ -313,14 +313,14 @@ def test_peer_rule_compares_with_the_other_seeds_and_ignores_solved_models():
     return [dict(depth=depth, seed=s, eval_loss=x, diverged=False, target_second_moment=16.0)
             for s, x in enumerate(losses)]
   two = records([1.3, 1.0])
-  experiment.flag_outliers(two, {}, factor=1.2)
+  evaluation.flag_outliers(two, {}, factor=1.2)
   assert [r["flagged"] for r in two] == [True, False]
   assert "other seeds" in two[0]["flag_reason"]
   alone = records([5.0])
-  experiment.flag_outliers(alone, {}, factor=1.2)
+  evaluation.flag_outliers(alone, {}, factor=1.2)
   assert not alone[0]["flagged"]
   solved = records([2.2e-5, 4e-6, 5e-6])
-  experiment.flag_outliers(solved, {}, factor=1.2)
+  evaluation.flag_outliers(solved, {}, factor=1.2)
   assert not any(r["flagged"] for r in solved)
 
 

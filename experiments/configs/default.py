@@ -127,7 +127,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # theory.softmax_bound, linear: theory.linear_floor at the deepest depth); 0 skips it.
   config.bound_samples = 100_000
   # A model whose loss exceeds this factor x the median of the other seeds at its depth or
-  # x the theory reference of its depth (experiment.depth_references) is flagged by name and
+  # x the theory reference of its depth (evaluation.depth_references) is flagged by name and
   # kept out of the means, the fits and the checks.
   config.outlier_factor = 1.2
   # Softmax only: also train, per seed, max(depths) one-layer models on the seed's training

@@ -31,6 +31,8 @@ CONTEXT_ATTENTION = {"context_updates": context_updates.first_layer_context_atte
 # y): the mode-wise loss of diagnostics.py is exact for them. single_stream mixes y into the
 # queries and keys.
 LINEAR_IN_LABELS = tuple(kind for kind in MODELS if kind != "single_stream")
+# Kinds with a learned context step m (a model leaf, [S, M] in a grid).
+LEARNED_CONTEXT_STEP = ("context_updates",)
 
 
 def parameter_count(model: str, depth: int, *, d: int, N: int, loop_group: int = 0) -> int:
