@@ -210,7 +210,7 @@ class GridEvaluator:
          for _, layers, _ in views] for s in range(len(spec.seeds))])
     runs = []
     for s, seed in enumerate(spec.seeds):
-      r = spectrum * len(spec.seeds) + s  # the replicate
+      replicate = spectrum * len(spec.seeds) + s
       for i, (depth, layers, members) in enumerate(views):
         parts = analysis.decompose(layer_preds_STE[s, layers], target_E)
         runs.append(dict(
@@ -220,18 +220,18 @@ class GridEvaluator:
             eval_loss_se=float(squared_errors_SVE[s, i].std() / np.sqrt(target_E.size)),
             A=parts["A"], C=parts["C"], disagreement=parts["disagreement"],
             identity_residual=parts["identity_residual"],
-            diverged=bool(state.diverged_SM[r, members].any()),
-            diverged_at_step=int(state.diverged_at_step_SM[r, members].max()),
-            converged=bool(state.converged_SM[r, members].all()),
-            steps=int(state.steps_trained_SM[r, members].max()),
-            final_lr_scale=float(state.lr_scale_SM[r, members].mean()),
+            diverged=bool(state.diverged_SM[replicate, members].any()),
+            diverged_at_step=int(state.diverged_at_step_SM[replicate, members].max()),
+            converged=bool(state.converged_SM[replicate, members].all()),
+            steps=int(state.steps_trained_SM[replicate, members].max()),
+            final_lr_scale=float(state.lr_scale_SM[replicate, members].mean()),
             uniform_attention_loss=plateau_loss,
             on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
             target_second_moment=float(np.mean(target_E ** 2)),
             parameters=models.parameter_count(spec.model, depth, d=spec.problem.d, N=spec.N,
                                               loop_group=spec.loop_group),
             diagnostic_contexts=found["contexts"],
-            **self.diagnostic_fields(found, state.params, r, s, i, members)))
+            **self.diagnostic_fields(found, state.params, replicate, s, i, members)))
     flag_outliers(runs, depth_references(bound, spec.depths), spec.outlier_factor)
     clean_SV = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),
                                                                       len(views))
@@ -267,20 +267,20 @@ def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
   reference of its depth (`depth_references`). Flagged models are kept out of the means,
   the fits and the monotonicity check; the report names them.
   """
-  for r in runs:
+  for run in runs:
     peers = [p["eval_loss"] for p in runs
-             if p is not r and p["depth"] == r["depth"] and not p["diverged"]]
-    reference = references.get(r["depth"])
-    solved = r["eval_loss"] <= SOLVED_FRACTION * r["target_second_moment"]
+             if p is not run and p["depth"] == run["depth"] and not p["diverged"]]
+    reference = references.get(run["depth"])
+    solved = run["eval_loss"] <= SOLVED_FRACTION * run["target_second_moment"]
     reasons = []
-    if not r["diverged"] and peers and not solved and r["eval_loss"] > factor * float(
+    if not run["diverged"] and peers and not solved and run["eval_loss"] > factor * float(
         np.median(peers)):
-      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the median of the other seeds at "
+      reasons.append(f"{run['eval_loss']:.4g} > {factor:g} x the median of the other seeds at "
                      f"its depth ({float(np.median(peers)):.4g})")
-    if not r["diverged"] and reference is not None and r["eval_loss"] > factor * reference:
-      reasons.append(f"{r['eval_loss']:.4g} > {factor:g} x the theory bound ({reference:.4g})")
-    r["flagged"] = bool(reasons)
-    r["flag_reason"] = "; ".join(reasons)
+    if not run["diverged"] and reference is not None and run["eval_loss"] > factor * reference:
+      reasons.append(f"{run['eval_loss']:.4g} > {factor:g} x the theory bound ({reference:.4g})")
+    run["flagged"] = bool(reasons)
+    run["flag_reason"] = "; ".join(reasons)
 
 
 def paired_differences(depths, squared_errors_SDE: np.ndarray, clean_SD: np.ndarray) -> list:

@@ -93,7 +93,7 @@ def linear_floor(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int, 
   Returns dict(floor, floor_se, T, h, G, context_floor, context_floor_se, context_h,
   context_G) as float64 numpy values (moments are per-context means).
   """
-  sizes = dict(d=d, P=P, k=k, task=task, depth=depth, a=a, b=b)
+  problem = dict(d=d, P=P, k=k, task=task, depth=depth, a=a, b=b)
   omega_D = np.asarray(tasks.power_spectrum(d, b), np.float64)
   powers_RD = np.asarray(tasks.power_spectrum(d, a), np.float64) ** np.arange(1, depth + 1)[:, None]
 
@@ -101,7 +101,7 @@ def linear_floor(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int, 
     """(t, population features lam^r q, context features) per chunk, in float64."""
     for chunk_key, num in _chunks(key, num_samples, chunk_size):
       t_BD, q_BD, context_BRD = (np.asarray(x, np.float64)
-                                 for x in _eigenbasis_features(chunk_key, num, **sizes))
+                                 for x in _eigenbasis_features(chunk_key, num, **problem))
       yield t_BD, q_BD[:, None, :] * powers_RD, context_BRD
 
   T, done = 0.0, 0

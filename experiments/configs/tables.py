@@ -56,28 +56,28 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   orthogonal input map, and the gradient-descent start (every gain W_o W_v^j W_y = 1,
   query/key scale sqrt(d L)), so that a depth-L linear model starts as L unit steps of
   gradient descent on the context (BUILD_NOTES "Reproduction at the cpu tier")."""
-  sizes = check_tier(tier)
+  tier_fields = check_tier(tier)
   config = default.get_config()
   config.model = model
   config.task = task
   config.k = k
   config.spectra = tuple(spectra)
-  config.depths = sizes["softmax_depths"]
-  config.num_seeds = sizes["softmax_seeds"]
+  config.depths = tier_fields["softmax_depths"]
+  config.num_seeds = tier_fields["softmax_seeds"]
   config.learning_rate = 3e-3
   config.warmup_steps = 200
-  config.max_steps = sizes["softmax_steps"]
+  config.max_steps = tier_fields["softmax_steps"]
   config.eval_every = 250
   config.checkpoint_every = 500
   config.val_size = 2048
-  config.eval_size = sizes["softmax_eval"]
+  config.eval_size = tier_fields["softmax_eval"]
   config.eval_chunk_size = 4096
-  config.bound_samples = sizes["softmax_bound"]
+  config.bound_samples = tier_fields["softmax_bound"]
   config.model_overrides.linear = dict(
-      depths=sizes["linear_depths"], num_seeds=1, batch_size=64, W_x_init="orthogonal",
+      depths=tier_fields["linear_depths"], num_seeds=1, batch_size=64, W_x_init="orthogonal",
       value_init="identity", qk_init_depth_exponent=1.0,
       qk_init_scale=math.sqrt(config.sizes.linear.d), learning_rate=3e-4, warmup_steps=100,
-      max_steps=sizes["linear_steps"], eval_every=50, checkpoint_every=100, val_size=1024,
-      eval_size=sizes["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
-      bound_samples=sizes["linear_bound"])
+      max_steps=tier_fields["linear_steps"], eval_every=50, checkpoint_every=100, val_size=1024,
+      eval_size=tier_fields["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
+      bound_samples=tier_fields["linear_bound"])
   return config
