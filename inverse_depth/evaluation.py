@@ -82,7 +82,7 @@ class GridEvaluator:
   def __init__(self, trainer: GridTrainer):
     self.trainer = trainer
     self.problem = trainer.problem
-    self.diagnostics = diagnostics_of(trainer.model)
+    self.diagnostic_names = diagnostics_of(trainer.model)
     self._layer_predictions = models.LAYER_PREDICTIONS[trainer.model]
     self._diagnose = jax.jit(self._chunk_diagnostics)
 
@@ -96,7 +96,7 @@ class GridEvaluator:
     model, layout = self.trainer.model, self.trainer.layout
     seed_params = self.trainer.spectrum_params(params, spectrum)
     out = {}
-    if MODEWISE in self.diagnostics:
+    if MODEWISE in self.diagnostic_names:
       omega_D = tasks.power_spectrum(self.problem.d,
                                      jnp.asarray(self.problem.spectra, jnp.float32)[spectrum, 1])
 
@@ -107,12 +107,12 @@ class GridEvaluator:
 
       losses_SVD, zero_loss_SD = jax.vmap(modewise)(seed_params)
       out.update(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0])
-    if SELECTION in self.diagnostics:
+    if SELECTION in self.diagnostic_names:
       attention = models.TEST_ATTENTION[model]
       selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
       out["selection_error"] = jax.vmap(lambda p: diagnostics.selection_errors(
           attention(p, batch, layout), selected_BK, view_weights_VT))(seed_params)
-    if CONTEXT_ATTENTION in self.diagnostics:
+    if CONTEXT_ATTENTION in self.diagnostic_names:
       attention_SMBPP = jax.vmap(lambda p: models.CONTEXT_ATTENTION[model](p, batch, layout))(
           seed_params)
       trace_SMB, square_SMB = diagnostics.attention_moments(attention_SMBPP)
@@ -148,7 +148,7 @@ class GridEvaluator:
       if start < diagnostic_size:
         found = jax.tree.map(np.asarray, self._diagnose(
             params, chunk, _context_rotations(chunk_keys, problem.d), spectrum, weights_VT))
-        if M_PROFILE in self.diagnostics:
+        if M_PROFILE in self.diagnostic_names:
           found["m_profile_loss"] = diagnostics.loss_along_m(
               lambda moved: trainer.predict(moved, chunk, len(chunk_keys), spectrum), params,
               chunk.target_B, weights_VT)
@@ -163,23 +163,23 @@ class GridEvaluator:
     """Run-record fields of the kind's diagnostics for one view of one seed (`members`: the
     grid models the view is made of; the first layer's S_1 is the first member's)."""
     fields = {}
-    if M_PROFILE in self.diagnostics:  # the learned context step m of each member
+    if M_PROFILE in self.diagnostic_names:  # the learned context step m of each member
       fields["m"] = float(params["model"]["m"][replicate, members].mean())
       fields["m_effective"] = float(np.mean([diagnostics.effective_context_step(
           jax.tree.map(lambda x: x[replicate, member], params["model"]))
           for member in members]))
     if not found["contexts"]:  # diagnostic_size = 0: nothing else was computed
       return fields
-    if MODEWISE in self.diagnostics:
+    if MODEWISE in self.diagnostic_names:
       fields.update(modewise_loss=found["modewise_loss"][seed_index, view].tolist(),
                     modewise_zero_loss=found["modewise_zero_loss"].tolist())
-    if SELECTION in self.diagnostics:
+    if SELECTION in self.diagnostic_names:
       errors = found["selection_error"][seed_index, view]
       fields.update(selection_error_mean=float(errors.mean()),
                     selection_error_percentiles=dict(zip(
                         (str(q) for q in SELECTION_PERCENTILES),
                         np.percentile(errors, SELECTION_PERCENTILES).tolist())))
-    if CONTEXT_ATTENTION in self.diagnostics:  # S_1 ~ rho I + (1 - rho) 11^T/P
+    if CONTEXT_ATTENTION in self.diagnostic_names:  # S_1 ~ rho I + (1 - rho) 11^T/P
       first = members[0]
       fit = diagnostics.uniform_mixture_fit(found["context_attention_trace"][seed_index, first],
                                             found["context_attention_square"][seed_index, first],
@@ -187,7 +187,7 @@ class GridEvaluator:
       fields.update(first_layer_rho=fit["rho"], first_layer_rho_r2=fit["r2"],
                     first_layer_attention=np.round(
                         found["context_attention_heatmap"][seed_index, first], 5).tolist())
-    if M_PROFILE in self.diagnostics:
+    if M_PROFILE in self.diagnostic_names:
       fields["m_profile"] = dict(offsets=list(diagnostics.M_OFFSETS),
                                  loss=found["m_profile_loss"][seed_index, view].tolist())
     return fields

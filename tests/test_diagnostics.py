@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from inverse_depth import diagnostics, tasks
+from inverse_depth import diagnostics, evaluation, tasks
 from inverse_depth.grid import GridLayout, InitScales, init_grid
 from inverse_depth.models import LAYER_PREDICTIONS, softmax
 
@@ -111,3 +111,29 @@ def test_uniform_mixture_fit_matches_direct_least_squares():
       np.stack([exact] * 3))), P)
   assert fit["rho"] == pytest.approx(0.35, rel=1e-5)
   assert fit["r2"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_chunked_diagnostics_combine_to_the_whole_set():
+  """Means over chunks of unequal size, weighted by their contexts, equal the mean over all
+  contexts; per-context values concatenate in order; a picture comes from the first chunk."""
+  rng = np.random.default_rng(0)
+  per_context = rng.normal(size=(2, 3, 10))  # [seeds, V, contexts]
+  sizes = (4, 4, 2)
+  bounds = np.cumsum((0,) + sizes)
+  per_chunk = [dict(modewise_loss=per_context[..., lo:hi].mean(-1),
+                    selection_error=per_context[..., lo:hi],
+                    context_attention_heatmap=np.full((2, 2), float(lo)))
+               for lo, hi in zip(bounds[:-1], bounds[1:])]
+  combined = evaluation.combine_chunks(per_chunk, [float(n) for n in sizes])
+  np.testing.assert_allclose(combined["modewise_loss"], per_context.mean(-1), rtol=1e-12)
+  np.testing.assert_array_equal(combined["selection_error"], per_context)
+  np.testing.assert_array_equal(combined["context_attention_heatmap"], np.zeros((2, 2)))
+  assert evaluation.combine_chunks([], []) == {}
+
+
+def test_each_kind_gets_its_diagnostics():
+  assert evaluation.diagnostics_of("linear") == (evaluation.MODEWISE,)
+  assert evaluation.diagnostics_of("single_stream") == (evaluation.SELECTION,)
+  assert evaluation.diagnostics_of("context_updates") == (
+      evaluation.MODEWISE, evaluation.SELECTION, evaluation.CONTEXT_ATTENTION,
+      evaluation.M_PROFILE)

@@ -473,6 +473,21 @@ def test_generalized_configs_run_end_to_end(generalized_root):
           assert np.ptp(profile) > 1e-6 * profile.min()
 
 
+def test_context_updates_without_diagnostic_contexts(tmp_path):
+  """With diagnostic_size = 0 the records keep the learned m (it needs no contexts) and
+  carry no diagnostic computed on contexts."""
+  module = importlib.import_module("experiments.configs.generalized")
+  config = tiny.shrunk(module.get_config("m_start"))
+  config.model = "context_updates"
+  config.model_overrides.context_updates.diagnostic_size = 0
+  results = experiment.run(config, str(tmp_path / "run"))
+  for record in results["runs"]:
+    assert np.isfinite(record["m"]) and np.isfinite(record["m_effective"])
+    assert record["diagnostic_contexts"] == 0
+    assert not {"m_profile", "first_layer_rho", "modewise_loss",
+                "selection_error_mean"} & set(record)
+
+
 def test_generalized_report(generalized_root):
   """The combined report has a row per variant beside the paper's words, the learned m per
   task, the looped table, and every figure."""
