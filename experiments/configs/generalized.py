@@ -26,8 +26,8 @@ instead of m = 0, for 4000 steps: from m = 0, m stays near 0 and the context
 updates stay nearly off (m is unidentifiable up to a rescaling of W_v, so it keeps its
 start; BUILD_NOTES.md "Generalised models"). `m_start` is the top-2 trend with the context
 updates on and the longer budget the under-trained 1000-step grid lacked.
-`depth_law_top16` (78 min) is `m_start_top16` in depth_law.py's regime (small random
-query/key start at scale 0.3, Adam 1e-3, 6000 steps, depths 1..16): there every C.3 and
+`depth_law_top16` (78 min) is `m_start_top16` in depth_law.py's regime at its former
+length (small random query/key start at scale 0.3, Adam 1e-3, 6000 steps, depths 1..16): there every C.3 and
 controlled model trains, so it separates C.3's top-16 behaviour from the training failure
 of the deep models in `m_start_top16`.
 `single_stream` trains C.1 alone with the label embedding W_y drawn at scale 1/sqrt(d) =
@@ -69,7 +69,7 @@ def get_config(variant: str = "cpu"):
   config.model_overrides.context_updates = dict(
       batch_size=64, max_steps=context_update_steps, checkpoint_every=250,
       eval_chunk_size=512, diagnostic_size=512)
-  if variant == "depth_law_top16":  # depth_law.py's regime; C.3 at depth 32 would be 65% of the cost
+  if variant == "depth_law_top16":  # depth_law.py's regime at 6000 steps; depth 32: +65% cost
     config.qk_init, config.qk_init_scale, config.learning_rate = "random", 0.3, 1e-3
     config.max_steps = 6000
     config.depths = (1, 2, 4, 8, 16)

@@ -51,7 +51,7 @@ def check_tier(tier: str) -> dict:
 def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
   """The default config at tier `tier`: softmax from the identity start at Adam 3e-3 with a
   cosine schedule over the tier's steps (depth_law.py has since moved to a small random start
-  at 1e-3 for 6000 steps; Table 4 in that regime: results/table4_depth_law_regime and
+  at 1e-3 for 12000 steps; Table 4 in that regime at 6000 steps: results/table4_depth_law_regime and
   results/table4_top16_depth_law_regime), linear under its own regime: Adam 3e-4, batch 64,
   orthogonal input map, and the gradient-descent start (every gain W_o W_v^j W_y = 1,
   query/key scale sqrt(d L)), so that a depth-L linear model starts as L unit steps of
