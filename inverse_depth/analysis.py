@@ -219,7 +219,7 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   fit["clean"] = not fit["flagged"] and not fit["excluded_diverged"]
   if len(keep) >= 2:
     fit.update(fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
-                                          fit_floor=first["task"] == "topk"))
+                                 fit_floor=first["task"] == "topk"))
     fit["gap_fit"] = (fit_gap(depths, shared, fit["L0"])
                       if fit["resolved"] and fit["L0"] > 0 else None)
   else:

@@ -263,8 +263,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
       all_runs.extend(grid["runs"])
       for (a, b), paired, bound in zip(spec.problem.spectra, grid["paired_differences"],
                                        grid["bounds"]):
-        fits.append(analysis.fit_grid([r for r in grid["runs"] if (r["a"], r["b"]) == (a, b)], paired,
-                             bound))
+        fits.append(analysis.fit_grid(
+            [r for r in grid["runs"] if (r["a"], r["b"]) == (a, b)], paired, bound))
       grid_times.append(grid["wall_time_s"])
   if not trained:
     logging.info("Every grid was already finished: results regenerated without training.")

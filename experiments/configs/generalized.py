@@ -27,9 +27,9 @@ updates stay nearly off (m is unidentifiable up to a rescaling of W_v, so it kee
 start; BUILD_NOTES.md "Generalised models"). `m_start` is the top-2 trend with the context
 updates on and the longer budget the under-trained 1000-step grid lacked.
 `depth_law_top16` (78 min) is `m_start_top16` in depth_law.py's regime at its former
-length (small random query/key start at scale 0.3, Adam 1e-3, 6000 steps, depths 1..16): there every C.3 and
-controlled model trains, so it separates C.3's top-16 behaviour from the training failure
-of the deep models in `m_start_top16`.
+length (small random query/key start at scale 0.3, Adam 1e-3, 6000 steps, depths 1..16):
+there every C.3 and controlled model trains, so it separates C.3's top-16 behaviour from
+the training failure of the deep models in `m_start_top16`.
 `single_stream` trains C.1 alone with the label embedding W_y drawn at scale 1/sqrt(d) =
 0.25 instead of 1, so that |W_y y_i| ~ |W_x x_i| in the keys (at 1 the labels outweigh the
 inputs about 4 to 1 and no depth-1 model leaves ~5.0: BUILD_NOTES.md "Generalised models").
