@@ -11,8 +11,8 @@ from inverse_depth import config as config_lib, experiment, reproduction
 from inverse_depth.config import ConfigError
 from tests import tiny
 
-CONFIGS = ("table1", "table2", "table3", "table4", "table4_top16", "table5", "easy",
-           "selection")
+CONFIGS = ("table1", "table2", "table3", "table3_top2", "table4", "table4_top16", "table5",
+           "easy", "selection")
 
 
 def _config(name: str, tier: str = "cpu"):

@@ -4,8 +4,8 @@
 
 Linear model, difficult task with k = 16, spectra (1, 0) (paper: theory 0.448, trained
 0.445) and (0, 0). The combined report's Table 3 lists these beside the seven k = 2
-linear grids of table1.py: nine settings, `theory.linear_floor` (with its standard error)
-against the trained plateau.
+linear grids of table1.py and the paper's two other k = 2 rows (table3_top2.py): eleven
+settings, `theory.linear_floor` (with its standard error) against the trained plateau.
 """
 
 from experiments.configs import tables
