@@ -80,15 +80,16 @@ def _r_squared(log_losses: np.ndarray, residuals: np.ndarray) -> float:
   return 1.0 - float(np.sum(residuals ** 2)) / total if total > 0 else float("nan")
 
 
-def fit_depth_scaling(depths, losses, fit_floor: bool = True) -> dict:
+def fit_depth_scaling(depths, losses, fit_floor: bool = True,
+                      alpha: float | None = None) -> dict:
   """Least squares of log R_L - log(L0 + c L^-alpha) over (L0 >= 0, c > 0, alpha > 0).
 
-  With fit_floor=False, L0 = 0 (a pure power law). Several starting exponents
-  are tried and the best fit kept. Returns L0, c, alpha with standard errors
-  (from the Jacobian at the optimum; L0_se = 0 when L0 is fixed), r2 in log
-  space, and the data. `resolved` is False when the fit does not determine a depth
-  dependence (a singular Jacobian, or c within two standard errors of 0); `verdict`
-  says so in words.
+  With fit_floor=False, L0 = 0 (a pure power law); with `alpha` given, the exponent is held
+  there (alpha=1 tests the paper's law R_L = L0 + c/L directly). A held parameter has
+  standard error 0. Several starting points are tried and the best fit kept. Returns L0, c,
+  alpha with standard errors (from the Jacobian at the optimum), r2 in log space, and the
+  data. `resolved` is False when the fit does not determine a depth dependence (a singular
+  Jacobian, or c within two standard errors of 0); `verdict` says so in words.
   """
   depths = np.asarray(depths, np.float64)
   losses = np.asarray(losses, np.float64)
@@ -97,35 +98,41 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True) -> dict:
                      f"{depths.shape} and {losses.shape}")
   if np.any(losses <= 0) or np.any(depths <= 0):
     raise ValueError("fit_depth_scaling needs positive depths and losses")
+  if alpha is not None and not alpha > 0:
+    raise ValueError(f"fit_depth_scaling: a held alpha must be > 0; got {alpha}")
   log_losses = np.log(losses)
   log_depths = np.log(depths)
+  held_alpha = alpha
 
-  def model(theta):
-    L0, log_c, alpha = theta if fit_floor else (0.0, *theta)
-    return L0 + np.exp(log_c - alpha * log_depths)
+  def unpack(theta):
+    """theta = ([L0], log_c, [alpha]): the free parameters in that order."""
+    theta = list(theta)
+    L0 = theta.pop(0) if fit_floor else 0.0
+    log_c = theta.pop(0)
+    return L0, log_c, (theta.pop(0) if held_alpha is None else held_alpha)
 
   def residuals(theta):
-    return log_losses - np.log(model(theta))
+    L0, log_c, exponent = unpack(theta)
+    return log_losses - np.log(L0 + np.exp(log_c - exponent * log_depths))
 
   best = None
-  for alpha0 in (0.25, 0.5, 1.0, 2.0):
-    for floor_fraction in ((0.0, 0.5, 0.9) if fit_floor else (None,)):
-      L0_start = floor_fraction * losses.min() if fit_floor else 0.0
-      log_c0 = np.log(max(losses.max() - L0_start, 1e-12))
-      theta0 = [L0_start, log_c0, alpha0] if fit_floor else [log_c0, alpha0]
-      lower = [0.0, -np.inf, 1e-6] if fit_floor else [-np.inf, 1e-6]
+  for alpha0 in ((0.25, 0.5, 1.0, 2.0) if held_alpha is None else (held_alpha,)):
+    for floor_fraction in ((0.0, 0.5, 0.9) if fit_floor else (0.0,)):
+      L0_start = floor_fraction * losses.min()
+      theta0 = ([L0_start] if fit_floor else []) + [
+          np.log(max(losses.max() - L0_start, 1e-12))] + ([alpha0] if held_alpha is None else [])
+      lower = ([0.0] if fit_floor else []) + [-np.inf] + ([1e-6] if held_alpha is None else [])
       result = scipy.optimize.least_squares(residuals, theta0, bounds=(lower, np.inf),
                                             method="trf", x_scale="jac")
       if best is None or result.cost < best.cost:
         best = result
-  se = _standard_errors(best, depths.size)
-  if fit_floor:
-    (L0, log_c, alpha), (L0_se, log_c_se, alpha_se) = best.x, se
-  else:
-    (log_c, alpha), (log_c_se, alpha_se) = best.x, se
-    L0, L0_se = 0.0, 0.0
+  L0, log_c, alpha = unpack(best.x)
+  L0_se, log_c_se, alpha_se = unpack(_standard_errors(best, depths.size))
+  L0_se = L0_se if fit_floor else 0.0
+  alpha_se = alpha_se if held_alpha is None else 0.0
   c = float(np.exp(log_c))
   c_se = float(c * log_c_se)
+  se = [L0_se, c_se, alpha_se]
   resolved = bool(np.all(np.isfinite(se)) and c > 2 * c_se)
   if resolved:
     verdict = f"R_L = {L0:.4g} + {c:.3g} L^-{alpha:.3g}"
@@ -138,12 +145,14 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True) -> dict:
   return dict(L0=float(L0), L0_se=float(L0_se), c=c, c_se=c_se,
               alpha=float(alpha), alpha_se=float(alpha_se),
               r2=_r_squared(log_losses, best.fun), fit_floor=bool(fit_floor),
-              resolved=resolved, verdict=verdict, depths=depths.tolist(),
-              losses=losses.tolist())
+              alpha_held=held_alpha is not None, resolved=resolved, verdict=verdict,
+              depths=depths.tolist(), losses=losses.tolist())
 
 
-def fit_depth_windows(depths, losses, min_depths: int = 4) -> list[dict]:
-  """`fit_depth_scaling` over L >= L_min for every L_min that leaves >= min_depths depths.
+def fit_depth_windows(depths, losses, min_depths: int = 4, alpha: float | None = None
+                      ) -> list[dict]:
+  """`fit_depth_scaling` over L >= L_min for every L_min that leaves >= min_depths depths
+  (with the exponent held at `alpha` if given).
 
   A law R_L = L0 + c L^-alpha that holds at every depth gives the same L0 and alpha on
   every window; depths before the law sets in pull the full-range fit away, and the
@@ -153,7 +162,7 @@ def fit_depth_windows(depths, losses, min_depths: int = 4) -> list[dict]:
   losses = np.asarray(losses, np.float64)
   order = np.argsort(depths)
   depths, losses = depths[order], losses[order]
-  return [dict(fit_depth_scaling(depths[start:], losses[start:]),
+  return [dict(fit_depth_scaling(depths[start:], losses[start:], alpha=alpha),
                smallest_depth=float(depths[start]))
           for start in range(depths.size - min_depths + 1)]
 

@@ -128,6 +128,27 @@ def test_fit_without_spare_degrees_of_freedom_has_nan_se():
   np.testing.assert_allclose(fit["alpha"], 1.0, rtol=0.05)
 
 
+def test_fit_with_alpha_held_recovers_the_paper_law_and_tells_a_different_one_apart():
+  """Held at the true exponent the fit recovers L0 and c with alpha_se = 0; held at 1 on a
+  curve with alpha = 0.3 it fits worse (lower R^2) than the free fit, and the free fit
+  finds 0.3."""
+  held = analysis.fit_depth_scaling(DEPTHS, _curve(1.9, 0.1, 1.0), alpha=1.0)
+  np.testing.assert_allclose([held["L0"], held["c"], held["alpha"]], [1.9, 0.1, 1.0],
+                             rtol=1e-4)
+  assert held["alpha_se"] == 0.0 and held["alpha_held"] and held["r2"] > 0.9999
+  shallow = _curve(1.85, 0.15, 0.3)
+  free = analysis.fit_depth_scaling(DEPTHS, shallow)
+  paper_law = analysis.fit_depth_scaling(DEPTHS, shallow, alpha=1.0)
+  np.testing.assert_allclose(free["alpha"], 0.3, rtol=0.01)
+  assert not free["alpha_held"] and paper_law["r2"] < free["r2"] - 0.05
+  power_law = analysis.fit_depth_scaling(DEPTHS, _curve(0.0, 3.0, 1.2), fit_floor=False,
+                                         alpha=1.2)
+  np.testing.assert_allclose(power_law["c"], 3.0, rtol=1e-4)
+  assert power_law["L0"] == 0.0 and power_law["L0_se"] == 0.0
+  with pytest.raises(ValueError, match="alpha"):
+    analysis.fit_depth_scaling(DEPTHS, shallow, alpha=0.0)
+
+
 def test_fit_rejects_bad_input():
   with pytest.raises(ValueError):
     analysis.fit_depth_scaling([1, 2, 4], [1.0, 0.0, 0.5])

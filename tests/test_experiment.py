@@ -205,10 +205,12 @@ def test_report_from_synthetic_results(tmp_path, depths):
     softmax_fit = fits[0]
     assert softmax_fit["L0"] == pytest.approx(0.5, rel=0.05)
     assert softmax_fit["alpha"] == pytest.approx(1.0, rel=0.05)
-  # Window fits appear for grids with more than four depths: two windows per model here.
+  # Window fits appear for grids with more than four depths: two windows per model here,
+  # each with alpha free and held at 1 (the synthetic curve is that law: R^2 = 1 either way).
   window_rows = [line for line in text.splitlines() if line.startswith("| softmax, top-2")
                  and ("| 1..16 |" in line or "| 2..16 |" in line)]
-  assert len(window_rows) == (2 if len(depths) == 5 else 0)
+  assert len(window_rows) == (4 if len(depths) == 5 else 0)
+  assert sum("| 1 (held) | 1.0000 |" in row for row in window_rows) == len(window_rows) / 2
   if len(depths) == 1:  # nothing to pair: no monotonicity verdict either way
     assert "loss monotone" not in text
 
