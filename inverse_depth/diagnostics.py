@@ -60,14 +60,17 @@ def prediction_weights(layer_predictions: Callable, params, batch: Batch, layout
 
 
 def modewise_losses(weights_VBP: jax.Array, batch: Batch, rotations_BDD: jax.Array,
-                    omega_D: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Per-mode loss of every view, omega_j mean_contexts (o_j . (v - t))^2 ([V, D]), and
-  of predicting 0, omega_j mean (o_j . t)^2 ([D]); o_j is column j of the context's O."""
+                    omega_D: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Per-mode loss of every view, omega_j mean_contexts (o_j . (v - t))^2 ([V, D]); of
+  predicting 0, omega_j mean (o_j . t)^2 ([D]); and every view's loss per context, averaged
+  exactly over beta, sum_j omega_j (o_j . (v - t))^2 = E_beta[(y_hat - y*)^2 | X] ([V, B]);
+  o_j is column j of the context's O."""
   v_VBD = jnp.einsum("vbp,bpd->vbd", weights_VBP, batch.x_context_BPD)
   target_modes_BD = jnp.einsum("bdj,bd->bj", rotations_BDD, batch.selected_mean_BD)
   error_modes_VBD = jnp.einsum("bdj,vbd->vbj", rotations_BDD, v_VBD) - target_modes_BD
-  return (omega_D * jnp.mean(error_modes_VBD ** 2, axis=1),
-          omega_D * jnp.mean(target_modes_BD ** 2, axis=0))
+  weighted_VBD = omega_D * error_modes_VBD ** 2
+  return (jnp.mean(weighted_VBD, axis=1), omega_D * jnp.mean(target_modes_BD ** 2, axis=0),
+          jnp.sum(weighted_VBD, axis=-1))
 
 
 def selection_errors(attention_TBP: jax.Array, selected_BK: jax.Array,

@@ -34,6 +34,7 @@ def diagnostics_of(model: str) -> tuple[str, ...]:
 # chunk's contexts (weighted by the chunk's size), "concat" for per-context values (context
 # axis last), "first" for one context's picture.
 CHUNK_COMBINATION = dict(modewise_loss="mean", modewise_zero_loss="mean",
+                         beta_averaged_loss="concat",
                          selection_error="concat", context_attention_trace="concat",
                          context_attention_square="concat", context_attention_heatmap="first",
                          m_profile_loss="mean")
@@ -89,10 +90,11 @@ class GridEvaluator:
   def _chunk_diagnostics(self, params, batch: tasks.Batch, rotations_BDD: jax.Array,
                          spectrum: jax.Array, view_weights_VT: jax.Array) -> dict:
     """The kind's diagnostics on one batch of a spectrum, per seed and view (a view's
-    prediction is sum_t view_weights_VT[v, t] f_t): mode-wise losses [seeds, V, D] and the
-    zero predictor's [D]; selection errors [seeds, V, B]; the first layer's tr S_1 and
-    |S_1|_F^2 [seeds, M, B] and S_1 of the batch's first context, first HEATMAP_TOKENS
-    tokens [seeds, M, HEATMAP_TOKENS, HEATMAP_TOKENS]."""
+    prediction is sum_t view_weights_VT[v, t] f_t): mode-wise losses [seeds, V, D], the
+    zero predictor's [D] and the loss averaged over beta per context [seeds, V, B];
+    selection errors [seeds, V, B]; the first layer's tr S_1 and |S_1|_F^2 [seeds, M, B]
+    and S_1 of the batch's first context, first HEATMAP_TOKENS tokens
+    [seeds, M, HEATMAP_TOKENS, HEATMAP_TOKENS]."""
     model, layout = self.trainer.model, self.trainer.layout
     seed_params = self.trainer.spectrum_params(params, spectrum)
     out = {}
@@ -105,8 +107,9 @@ class GridEvaluator:
                                                      view_weights_VT)
         return diagnostics.modewise_losses(weights_VBP, batch, rotations_BDD, omega_D)
 
-      losses_SVD, zero_loss_SD = jax.vmap(modewise)(seed_params)
-      out.update(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0])
+      losses_SVD, zero_loss_SD, beta_averaged_SVB = jax.vmap(modewise)(seed_params)
+      out.update(modewise_loss=losses_SVD, modewise_zero_loss=zero_loss_SD[0],
+                 beta_averaged_loss=beta_averaged_SVB)
     if SELECTION in self.diagnostic_names:
       attention = models.TEST_ATTENTION[model]
       selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
@@ -171,8 +174,12 @@ class GridEvaluator:
     if not found["contexts"]:  # diagnostic_size = 0: nothing else was computed
       return fields
     if MODEWISE in self.diagnostic_names:
+      per_context = found["beta_averaged_loss"][seed_index, view].astype(np.float64)
       fields.update(modewise_loss=found["modewise_loss"][seed_index, view].tolist(),
-                    modewise_zero_loss=found["modewise_zero_loss"].tolist())
+                    modewise_zero_loss=found["modewise_zero_loss"].tolist(),
+                    beta_averaged_loss=float(per_context.mean()),
+                    beta_averaged_loss_se=float(per_context.std(ddof=1)
+                                                / np.sqrt(per_context.size)))
     if SELECTION in self.diagnostic_names:
       errors = found["selection_error"][seed_index, view]
       fields.update(selection_error_mean=float(errors.mean()),

@@ -44,7 +44,8 @@ def test_modewise_losses_sum_to_the_expected_loss_over_beta(model):
   w_VBP = diagnostics.prediction_weights(LAYER_PREDICTIONS[model], params, batch, LAYOUT,
                                          weights_VT)
   omega_D = tasks.power_spectrum(D, 1.0)
-  losses_VD, zero_D = diagnostics.modewise_losses(w_VBP, batch, rotations, omega_D)
+  losses_VD, zero_D, per_context_VB = diagnostics.modewise_losses(w_VBP, batch, rotations,
+                                                                  omega_D)
   O = np.asarray(rotations, np.float64)
   Omega_BDD = np.einsum("bij,j,bkj->bik", O, np.asarray(omega_D, np.float64), O)
   v_VBD = np.einsum("vbp,bpd->vbd", np.asarray(w_VBP, np.float64),
@@ -52,6 +53,9 @@ def test_modewise_losses_sum_to_the_expected_loss_over_beta(model):
   residual_VBD = v_VBD - np.asarray(batch.selected_mean_BD, np.float64)
   expected_V = np.einsum("vbi,bij,vbj->vb", residual_VBD, Omega_BDD, residual_VBD).mean(-1)
   np.testing.assert_allclose(np.asarray(losses_VD).sum(-1), expected_V, rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(per_context_VB, np.float64),
+                             np.einsum("vbi,bij,vbj->vb", residual_VBD, Omega_BDD, residual_VBD),
+                             rtol=1e-4)
   t_BD = np.asarray(batch.selected_mean_BD, np.float64)
   np.testing.assert_allclose(np.asarray(zero_D).sum(),
                              np.einsum("bi,bij,bj->b", t_BD, Omega_BDD, t_BD).mean(), rtol=1e-4)

@@ -62,6 +62,9 @@ def test_every_run_records_every_spectrum(reproduction_root):
       assert fitted == set(config_lib.spectra(config)), (name, model)
   linear = [r for r in results["table1"]["runs"] if r["model"] == "linear"]
   assert {r["depth"] for r in linear} == {1, 2} and all("modewise_loss" in r for r in linear)
+  for run in linear:  # the beta-averaged loss is the sum of the mode-wise ones, with an se
+    assert run["beta_averaged_loss"] == pytest.approx(sum(run["modewise_loss"]), rel=1e-4)
+    assert 0 < run["beta_averaged_loss_se"] < run["beta_averaged_loss"]
   softmax = [r for r in results["table1"]["runs"] if r["model"] == "softmax"]
   assert all("selection_error_percentiles" in r for r in softmax)
 
