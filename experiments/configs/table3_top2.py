@@ -6,7 +6,8 @@ theory against trained, at (a, b) = (0.5, 0.5) and (1, 0.25).
 Linear model, difficult task with k = 2 (paper: (0.5, 0.5) theory 2.27, trained 2.33;
 (1, 0.25) theory 1.225). The combined report's Table 3 lists these beside table1.py's
 seven k = 2 linear grids and table3.py's two k = 16 grids: eleven settings, four of them
-with a value quoted by the paper. About 4 minutes on 2 CPU cores.
+with a value quoted by the paper. About 6 minutes on 2 CPU cores (3 of them the two
+theory floors).
 """
 
 from experiments.configs import tables
