@@ -57,6 +57,18 @@ def seed_means(runs: list[dict], field: str) -> tuple[list[int], list[float], li
   return depths, means, errors
 
 
+def beta_averaged_loss(runs: list[dict], depth: int) -> tuple[float, float]:
+  """Seed mean of the clean depth-`depth` models' loss averaged exactly over beta
+  (`beta_averaged_loss` of the run records: the quantity the linear floor integrates) and its
+  standard error; (nan, nan) where no record has it (kinds not linear in the labels, or
+  records made before it was recorded)."""
+  found = [r for r in clean_runs(runs) if r["depth"] == depth and "beta_averaged_loss" in r]
+  if not found:
+    return float("nan"), float("nan")
+  return (float(np.mean([r["beta_averaged_loss"] for r in found])),
+          float(np.sqrt(np.sum([r["beta_averaged_loss_se"] ** 2 for r in found])) / len(found)))
+
+
 def _standard_errors(result, num_points: int) -> np.ndarray:
   """sqrt(diag(s^2 (J^T J)^-1)) with s^2 = RSS / (n - p).
 

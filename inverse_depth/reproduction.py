@@ -65,13 +65,13 @@ def floor_of(fit: dict) -> tuple[float, str]:
 
 def linear_floor_of(results: dict, fit: dict, depth: int | None = None) -> tuple[float, str]:
   """A linear grid's plateau at `depth` (default: its deepest clean depth): the loss averaged
-  exactly over beta where recorded (`beta_averaged`), else the held-out MSE; with the words
+  exactly over beta where recorded (`analysis.beta_averaged_loss`), else the held-out MSE; with the words
   saying which."""
   deepest_depth, held_out = deepest(fit)
   depth = depth or deepest_depth
   if depth is None:
     return float("nan"), "no clean model"
-  averaged, _ = beta_averaged(report.runs_of(results, fit), depth)
+  averaged, _ = analysis.beta_averaged_loss(report.runs_of(results, fit), depth)
   if np.isfinite(averaged):
     return averaged, f"averaged over beta, L={depth}"
   return fit["losses"][fit["depths"].index(depth)], f"R at L={depth}"
@@ -176,18 +176,6 @@ def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
   return lines, checks
 
 
-def beta_averaged(runs: list[dict], depth: int) -> tuple[float, float]:
-  """Seed mean of the clean depth-`depth` models' loss averaged exactly over beta
-  (`beta_averaged_loss`, the quantity the linear floor integrates) and its standard error;
-  (nan, nan) for records made before it was recorded."""
-  found = [r for r in analysis.clean_runs(runs)
-           if r["depth"] == depth and "beta_averaged_loss" in r]
-  if not found:
-    return float("nan"), float("nan")
-  return (float(np.mean([r["beta_averaged_loss"] for r in found])),
-          float(np.sqrt(np.sum([r["beta_averaged_loss_se"] ** 2 for r in found])) / len(found)))
-
-
 def table3_section(linear_grids: list[tuple[dict, list[dict]]]
                    ) -> tuple[list[str], list[tuple[bool, str]]]:
   """Theory floor against the trained plateau for every linear difficult-task grid
@@ -204,7 +192,7 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     if not bound:
       continue
     depth, held_out = deepest(fit)
-    averaged, averaged_se = beta_averaged(runs, depth) if depth else (float("nan"),) * 2
+    averaged, averaged_se = analysis.beta_averaged_loss(runs, depth) if depth else (float("nan"),) * 2
     trained = averaged if np.isfinite(averaged) else held_out
     held_out_se = float(np.mean([r["eval_loss_se"] for r in analysis.clean_runs(runs)
                                  if r["depth"] == depth] or [np.nan]))
