@@ -4,7 +4,10 @@
 
 Isotropic spectrum. Softmax (d = 16, P = 128) at depths 1, 2, 4: the loss should fall
 towards 0 and the top-1 attention mass (metrics.jsonl `selected_mass`, plotted per
-evaluation) towards 1. Linear (d = 128, P = 1024) beside it at depths 1, 2, 4.
+evaluation) towards 1. Linear (d = 128, P = 1024) beside it at depths 1, 2, 4. Softmax
+starts as the cosine scorer (identity query/key start, Adam 3e-3), which the copy task
+rewards directly (the copied input has cosine 1), rather than in depth_law.py's regime for
+the difficult task.
 """
 
 from experiments.configs import tables
@@ -13,6 +16,7 @@ from experiments.configs import tables
 def get_config(tier: str = "cpu"):
   config = tables.base(tier, "softmax,linear", "top1", 1, ((0.0, 0.0),))
   config.depths = (1, 2, 4)
+  config.qk_init, config.qk_init_scale, config.learning_rate = "identity", 1.0, 3e-3
   config.max_steps = 1000 if tier == "cpu" else 4000
   config.bound_samples = 0  # the bounds are for the difficult task
   config.model_overrides.linear.update(depths=(1, 2, 4), max_steps=300, bound_samples=0)

@@ -36,7 +36,7 @@ _TIER_FIELDS = {
                 softmax_eval=20_480, softmax_bound=50_000, linear_depths=(1, 2, 4),
                 linear_steps=300, linear_eval=4096, linear_bound=10_000),
     "paper": dict(softmax_depths=(1, 2, 4, 8, 16, 32, 64, 128, 256), softmax_seeds=3,
-                  softmax_steps=8000, softmax_eval=100_000, softmax_bound=200_000,
+                  softmax_steps=12000, softmax_eval=100_000, softmax_bound=200_000,
                   linear_depths=(1, 2, 4, 8), linear_steps=2000, linear_eval=20_480,
                   linear_bound=20_000),
 }
@@ -49,13 +49,13 @@ def check_tier(tier: str) -> dict:
 
 
 def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
-  """The default config at tier `tier`: softmax from the identity start at Adam 3e-3 with a
-  cosine schedule over the tier's steps (depth_law.py has since moved to a small random start
-  at 1e-3 for 12000 steps; Table 4 in that regime at 6000 steps: results/table4_depth_law_regime and
-  results/table4_top16_depth_law_regime), linear under its own regime: Adam 3e-4, batch 64,
-  orthogonal input map, and the gradient-descent start (every gain W_o W_v^j W_y = 1,
-  query/key scale sqrt(d L)), so that a depth-L linear model starts as L unit steps of
-  gradient descent on the context (BUILD_NOTES "Reproduction at the cpu tier")."""
+  """The default config at tier `tier`. Softmax trains in depth_law.py's regime (small random
+  query/key start at scale 0.3, Adam 1e-3, cosine decay to zero; BUILD_NOTES "Depth law")
+  over the tier's steps (the cpu tier affords 1500 of depth_law.py's 12000; the paper tier
+  runs all 12000). Linear trains under its own regime: Adam 3e-4, batch 64, orthogonal input
+  map, and the gradient-descent start (every gain W_o W_v^j W_y = 1, identity query/key at
+  scale sqrt(d L)), so that a depth-L linear model starts as L unit steps of gradient
+  descent on the context (BUILD_NOTES "Reproduction at the cpu tier")."""
   tier_fields = check_tier(tier)
   config = default.get_config()
   config.model = model
@@ -64,7 +64,9 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   config.spectra = tuple(spectra)
   config.depths = tier_fields["softmax_depths"]
   config.num_seeds = tier_fields["softmax_seeds"]
-  config.learning_rate = 3e-3
+  config.qk_init = "random"
+  config.qk_init_scale = 0.3
+  config.learning_rate = 1e-3
   config.warmup_steps = 200
   config.max_steps = tier_fields["softmax_steps"]
   config.eval_every = 250
@@ -75,7 +77,7 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   config.bound_samples = tier_fields["softmax_bound"]
   config.model_overrides.linear = dict(
       depths=tier_fields["linear_depths"], num_seeds=1, batch_size=64, W_x_init="orthogonal",
-      value_init="identity", qk_init_depth_exponent=1.0,
+      value_init="identity", qk_init="identity", qk_init_depth_exponent=1.0,
       qk_init_scale=math.sqrt(config.sizes.linear.d), learning_rate=3e-4, warmup_steps=100,
       max_steps=tier_fields["linear_steps"], eval_every=50, checkpoint_every=100, val_size=1024,
       eval_size=tier_fields["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
