@@ -16,7 +16,7 @@ from experiments.configs import tables
 def get_config(tier: str = "cpu"):
   config = tables.base(tier, "softmax,linear", "top1", 1, ((0.0, 0.0),))
   config.depths = (1, 2, 4)
-  config.qk_init, config.qk_init_scale, config.learning_rate = "identity", 1.0, 3e-3
+  config.update(tables.SHORT_BUDGET_REGIME)
   config.max_steps = 1000 if tier == "cpu" else 4000
   config.bound_samples = 0  # the bounds are for the difficult task
   config.model_overrides.linear.update(depths=(1, 2, 4), max_steps=300, bound_samples=0)
