@@ -27,7 +27,9 @@ def grid_label(fit: dict) -> str:
 
 
 def runs_of(results: dict, fit: dict) -> list[dict]:
-  return [r for r in results["runs"] if all(r[f] == fit[f] for f in ("model", "task", "k", "a", "b"))]
+  """The run records of one fit's grid (same model, task, k and spectrum)."""
+  return [r for r in results["runs"]
+          if all(r[f] == fit[f] for f in ("model", "task", "k", "a", "b"))]
 
 
 def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +122,8 @@ def checks(results: dict) -> list[tuple[bool, str]]:
                                          f"({r['flag_reason']})" for r in flagged) + "."))
   stuck = [f"{r['model']} L={r['depth']} seed {r['seed']}" for r in live if r["on_plateau"]]
   lines.append((not stuck, f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
-                f"0.9 x the best uniform-attention predictor){': ' + ', '.join(stuck) if stuck else '.'}"))
+                "0.9 x the best uniform-attention predictor)"
+                + (": " + ", ".join(stuck) if stuck else ".")))
   worst_residual = max(abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in runs)
   lines.append((worst_residual < 1e-6,
                 f"Identity R = C + (A - C)/L holds to a relative {worst_residual:.1e} (float64 "

@@ -65,10 +65,9 @@ def floor_of(fit: dict) -> tuple[float, str]:
 
 def linear_floor_of(results: dict, fit: dict, depth: int | None = None) -> tuple[float, str]:
   """A linear grid's plateau at `depth` (default: its deepest clean depth): the loss averaged
-  exactly over beta where recorded (`analysis.beta_averaged_loss`), else the held-out MSE; with the words
-  saying which."""
-  deepest_depth, held_out = deepest(fit)
-  depth = depth or deepest_depth
+  exactly over beta where recorded (`analysis.beta_averaged_loss`), else the held-out MSE;
+  with the words saying which."""
+  depth = depth or deepest(fit)[0]
   if depth is None:
     return float("nan"), "no clean model"
   averaged, _ = analysis.beta_averaged_loss(report.runs_of(results, fit), depth)
@@ -192,7 +191,8 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     if not bound:
       continue
     depth, held_out = deepest(fit)
-    averaged, averaged_se = analysis.beta_averaged_loss(runs, depth) if depth else (float("nan"),) * 2
+    averaged, averaged_se = (analysis.beta_averaged_loss(runs, depth) if depth
+                             else (float("nan"), float("nan")))
     trained = averaged if np.isfinite(averaged) else held_out
     held_out_se = float(np.mean([r["eval_loss_se"] for r in analysis.clean_runs(runs)
                                  if r["depth"] == depth] or [np.nan]))
@@ -277,8 +277,8 @@ def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], 
   lines = ["## Easy task (top-1 copy): one softmax layer solves it", ""]
   if results is None:
     return lines + ["Not run (runs/reproduce/easy has no results.json)."], []
-  lines += ["| model | depth | R_L (mean over unflagged seeds) | E[y*^2] | final top-1 attention mass |",
-            "|---|---|---|---|---|"]
+  lines += ["| model | depth | R_L (mean over unflagged seeds) | E[y*^2] | "
+            "final top-1 attention mass |", "|---|---|---|---|---|"]
   last_mass = {}
   for record in metrics:
     if "selected_mass" in record:
