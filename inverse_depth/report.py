@@ -227,10 +227,14 @@ def _linear_checks(fit: dict, runs: list[dict]) -> list[tuple[bool, str]]:
 
 
 def _table(results: dict, fit: dict) -> list[str]:
-  """Per depth: means over clean seeds of R, A, C, A - C, with the seed spread of R."""
+  """Per depth: means over clean seeds of R, A, C, A - C, with the seed spread of R; and,
+  where the records have it, R averaged exactly over beta with its standard error."""
   runs = runs_of(results, fit)
-  rows = ["| depth | R_L (mean +- seed se) | A_L | C_L | A_L - C_L | max abs identity residual "
-          "| steps | converged | flagged | diverged |", "|---|---|---|---|---|---|---|---|---|---|"]
+  averaged = any("beta_averaged_loss" in r for r in runs)
+  rows = ["| depth | R_L (mean +- seed se) | "
+          + ("R_L averaged over beta (+- se) | " if averaged else "")
+          + "A_L | C_L | A_L - C_L | max abs identity residual | steps | converged | flagged "
+          "| diverged |", "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
   for depth in sorted({r["depth"] for r in runs}):
     everyone = [r for r in runs if r["depth"] == depth]
     at = analysis.clean_runs(everyone)
@@ -240,9 +244,11 @@ def _table(results: dict, fit: dict) -> list[str]:
 
     spread = (np.std([r["eval_loss"] for r in at], ddof=1) / np.sqrt(len(at))
               if len(at) > 1 else float("nan"))
+    averaged_cell = ("{:.4g} +- {:.2g} | ".format(*analysis.beta_averaged_loss(runs, depth))
+                     if averaged else "")
     rows.append(
-        f"| {depth} | {mean('eval_loss'):.4g} +- {spread:.2g} | {mean('A'):.4g} | "
-        f"{mean('C'):.4g} | {mean('disagreement'):.4g} | "
+        f"| {depth} | {mean('eval_loss'):.4g} +- {spread:.2g} | {averaged_cell}"
+        f"{mean('A'):.4g} | {mean('C'):.4g} | {mean('disagreement'):.4g} | "
         f"{max(abs(r['identity_residual']) for r in at) if at else float('nan'):.1e} | "
         f"{int(np.mean([r['steps'] for r in at])) if at else 0} | "
         f"{sum(r['converged'] for r in at)}/{len(everyone)} | "
