@@ -73,6 +73,30 @@ def modewise_losses(weights_VBP: jax.Array, batch: Batch, rotations_BDD: jax.Arr
           jnp.sum(weighted_VBD, axis=-1))
 
 
+def scoring_geometry(layers: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict:
+  """How each softmax layer scores tokens, from its (W_x, W_q, W_k) (models/softmax.py):
+  s_i = r_test r_i x_test^T B x_i with B = (W_q Wc)^T (W_k Wc), r = 1 / sqrt(x^T G x) and
+  G = Wc^T Wc / N (the layer norm's metric). A cosine scorer has B = tau G, so s_i = tau
+  cos_G(x_test, x_i). Returns per layer the temperature tau = tr(B G^-1) / d (the logit of
+  a cosine-1 pair) and the anisotropy |B - tau G|_F / |tau G|_F (0 for a cosine scorer), and
+  `deviation_alignment`, the mean cosine between the layers' deviations B - tau G over pairs
+  of layers (1: every layer distorts alike; 0: unrelated directions; nan for one layer)."""
+  temperatures, anisotropies, deviations = [], [], []
+  for W_x_ND, W_q_NN, W_k_NN in layers:
+    centred_ND = np.asarray(W_x_ND, np.float64) - np.mean(W_x_ND, axis=0, keepdims=True)
+    metric_DD = centred_ND.T @ centred_ND / centred_ND.shape[0]
+    form_DD = (np.asarray(W_q_NN, np.float64) @ centred_ND).T @ (W_k_NN @ centred_ND)
+    tau = float(np.trace(np.linalg.solve(metric_DD, form_DD.T).T) / metric_DD.shape[0])
+    deviation_DD = form_DD - tau * metric_DD
+    temperatures.append(tau)
+    anisotropies.append(float(np.linalg.norm(deviation_DD) / np.linalg.norm(tau * metric_DD)))
+    deviations.append(deviation_DD.ravel() / max(np.linalg.norm(deviation_DD), 1e-30))
+  cosines_LL = np.array(deviations) @ np.array(deviations).T
+  pairs = cosines_LL[np.triu_indices(len(layers), 1)]
+  return dict(layer_temperature=temperatures, layer_anisotropy=anisotropies,
+              deviation_alignment=float(pairs.mean()) if pairs.size else float("nan"))
+
+
 def selection_errors(attention_TBP: jax.Array, selected_BK: jax.Array,
                      view_weights_VT: jax.Array) -> jax.Array:
   """E = |pbar - p*|^2 per view and context: [V, B] (see the module docstring)."""

@@ -19,6 +19,7 @@ MODEWISE = "modewise"  # mode-wise loss: kinds whose prediction is linear in the
 SELECTION = "selection"  # selection error of the mean attention row: kinds with query rows
 CONTEXT_ATTENTION = "context_attention"  # the first layer's S_1 and its rho fit
 M_PROFILE = "m_profile"  # loss along the learned context step m, and m g_2 / g_1
+SCORING_GEOMETRY = "scoring_geometry"  # each layer's score form: temperature, anisotropy
 
 
 def diagnostics_of(model: str) -> tuple[str, ...]:
@@ -27,7 +28,8 @@ def diagnostics_of(model: str) -> tuple[str, ...]:
       (MODEWISE, model in models.LINEAR_IN_LABELS),
       (SELECTION, model in models.TEST_ATTENTION),
       (CONTEXT_ATTENTION, model in models.CONTEXT_ATTENTION),
-      (M_PROFILE, model in models.LEARNED_CONTEXT_STEP)) if applies)
+      (M_PROFILE, model in models.LEARNED_CONTEXT_STEP),
+      (SCORING_GEOMETRY, model in models.FIXED_INPUT_SCORING)) if applies)
 
 
 # How a diagnostic's per-chunk values make the evaluation set's: "mean" for means over a
@@ -171,6 +173,16 @@ class GridEvaluator:
       fields["m_effective"] = float(np.mean([diagnostics.effective_context_step(
           jax.tree.map(lambda x: x[replicate, member], params["model"]))
           for member in members]))
+    if SCORING_GEOMETRY in self.diagnostic_names:  # from the parameters alone
+      model_params, layer_params = params["model"], params["layer"]
+      layers = []
+      for member in members:
+        W_x_ND = np.asarray(model_params["W_x"][replicate, member])
+        packed = self.trainer.layout.layer_slice(member)
+        layers += [(W_x_ND, np.asarray(layer_params["W_q"][replicate, t]),
+                    np.asarray(layer_params["W_k"][replicate, t]))
+                   for t in range(packed.start, packed.stop)]
+      fields.update(diagnostics.scoring_geometry(layers))
     if not found["contexts"]:  # diagnostic_size = 0: nothing else was computed
       return fields
     if MODEWISE in self.diagnostic_names:

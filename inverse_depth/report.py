@@ -257,6 +257,28 @@ def _table(results: dict, fit: dict) -> list[str]:
   return rows
 
 
+def _geometry_table(results: dict, fit: dict) -> list[str]:
+  """Per depth, means over clean seeds of each layer's scoring geometry
+  (diagnostics.scoring_geometry), where the run records have it."""
+  runs = [r for r in analysis.clean_runs(runs_of(results, fit)) if "layer_temperature" in r]
+  if not runs:
+    return []
+  rows = ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
+          "anisotropy 0 and scores with its temperature tau; alignment is the mean cosine "
+          "between two layers' departures from cosine scoring (1: alike, 0: unrelated).", "",
+          "| depth | temperature tau: mean over layers (min..max) | anisotropy | alignment |",
+          "|---|---|---|---|"]
+  for depth in sorted({r["depth"] for r in runs}):
+    at = [r for r in runs if r["depth"] == depth]
+    temperatures = np.concatenate([r["layer_temperature"] for r in at])
+    alignment = np.mean([r["deviation_alignment"] for r in at])
+    rows.append(f"| {depth} | {temperatures.mean():.3g} ({temperatures.min():.3g}.."
+                f"{temperatures.max():.3g}) | "
+                f"{np.mean(np.concatenate([r['layer_anisotropy'] for r in at])):.3f} | "
+                + (f"{alignment:+.3f} |" if np.isfinite(alignment) else "- |"))
+  return rows
+
+
 def _ensemble_comparison(results: dict) -> list[str]:
   """Jointly trained depth-L model beside the average of L one-layer models trained alone."""
   lines = []
@@ -378,7 +400,8 @@ def write_report(workdir: str) -> str:
                  f"{mixture_text} | {target if target is not None else '-'} |")
   lines += _ensemble_comparison(results)
   for fit in results["fits"]:
-    lines += ["", f"## {grid_label(fit)}", ""] + _table(results, fit)
+    lines += ["", f"## {grid_label(fit)}", ""] + _table(results, fit) + _geometry_table(
+        results, fit)
     if fit.get("flagged"):
       lines += ["", "**Flagged and excluded from the means and the fit:** "
                 + "; ".join(f"depth {e['depth']} seed {e['seed']} ({e['reason']})"

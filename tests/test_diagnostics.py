@@ -67,6 +67,33 @@ def test_modewise_losses_sum_to_the_expected_loss_over_beta(model):
   np.testing.assert_allclose(realised_V, expected_V, rtol=0.08)
 
 
+def test_scoring_geometry_of_cosine_and_distorted_layers():
+  """W_q = W_k = sqrt(tau / N) I scores tau cos_G: temperature tau, anisotropy 0. Two layers
+  distorted by +E and -E have alignment -1. The form reproduces the model's own logits
+  LN(W_x x_test)^T W_q^T W_k LN(W_x x_i)."""
+  rng = np.random.default_rng(0)
+  W_x = rng.normal(size=(N, D)) / np.sqrt(D)
+  cosine = np.sqrt(17.0 / N) * np.eye(N)
+  found = diagnostics.scoring_geometry([(W_x, cosine, cosine)])
+  np.testing.assert_allclose(found["layer_temperature"], [17.0], rtol=1e-10)
+  assert found["layer_anisotropy"][0] < 1e-10 and np.isnan(found["deviation_alignment"])
+  E = 0.3 * rng.normal(size=(N, N))
+  distorted = diagnostics.scoring_geometry([(W_x, cosine, cosine + E), (W_x, cosine, cosine - E)])
+  assert min(distorted["layer_anisotropy"]) > 0.01
+  np.testing.assert_allclose(distorted["deviation_alignment"], -1.0, rtol=1e-6)
+  # The form B and metric G give the model's logits: s_i = x_t^T B x_i / sqrt(x^T G x x_i^T G x_i).
+  W_q, W_k = rng.normal(size=(2, N, N)) / np.sqrt(N)
+  x = rng.normal(size=(5, D))
+  normed = np.asarray(softmax.layer_norm(jax.numpy.asarray(x @ W_x.T)), np.float64)
+  logits = (normed[0] @ W_q.T) @ (W_k @ normed[1:].T)
+  centred = W_x - W_x.mean(axis=0)
+  form, metric = (W_q @ centred).T @ (W_k @ centred), centred.T @ centred / N
+  norms = np.sqrt(np.einsum("bd,de,be->b", x, metric, x))
+  np.testing.assert_allclose(logits, x[0] @ form @ x[1:].T / (norms[0] * norms[1:]), rtol=1e-4)
+  tau = diagnostics.scoring_geometry([(W_x, W_q, W_k)])["layer_temperature"][0]
+  np.testing.assert_allclose(tau, np.trace(form @ np.linalg.inv(metric)) / D, rtol=1e-8)
+
+
 def test_selection_error_matches_brute_force():
   batch, params, _ = _setup("softmax")
   weights_VT = diagnostics.view_weights(LAYOUT.total_layers, VIEWS)
@@ -140,4 +167,6 @@ def test_each_kind_gets_its_diagnostics():
   assert evaluation.diagnostics_of("single_stream") == (evaluation.SELECTION,)
   assert evaluation.diagnostics_of("context_updates") == (
       evaluation.MODEWISE, evaluation.SELECTION, evaluation.CONTEXT_ATTENTION,
-      evaluation.M_PROFILE)
+      evaluation.M_PROFILE, evaluation.SCORING_GEOMETRY)
+  assert evaluation.diagnostics_of("softmax") == (
+      evaluation.MODEWISE, evaluation.SELECTION, evaluation.SCORING_GEOMETRY)

@@ -67,8 +67,11 @@ def test_every_run_records_every_spectrum(reproduction_root):
     assert 0 < run["beta_averaged_loss_se"] < run["beta_averaged_loss"]
   softmax = [r for r in results["table1"]["runs"] if r["model"] == "softmax"]
   assert all("selection_error_percentiles" in r for r in softmax)
+  assert all(len(r["layer_temperature"]) == len(r["layer_anisotropy"]) == r["depth"]
+             for r in softmax)
   with open(os.path.join(reproduction_root, "table1", "report.md")) as f:
-    assert "| R_L averaged over beta (+- se) |" in f.read()
+    text = f.read()
+  assert "| R_L averaged over beta (+- se) |" in text and "How the layers score" in text
 
 
 def test_combined_report(reproduction_root):

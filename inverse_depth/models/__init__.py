@@ -31,6 +31,10 @@ CONTEXT_ATTENTION = {"context_updates": context_updates.first_layer_context_atte
 # y): the mode-wise loss of diagnostics.py is exact for them. single_stream mixes y into the
 # queries and keys.
 LINEAR_IN_LABELS = tuple(kind for kind in MODELS if kind != "single_stream")
+# Kinds whose query row scores the fixed, layer-normed input stream (softmax.test_attention),
+# so each layer's score is a d x d form in input space (diagnostics.scoring_geometry).
+FIXED_INPUT_SCORING = tuple(kind for kind, attention in TEST_ATTENTION.items()
+                            if attention is softmax.test_attention)
 # Kinds with a learned context step m (a model leaf, [S, M] in a grid).
 LEARNED_CONTEXT_STEP = ("context_updates",)
 
