@@ -234,7 +234,8 @@ def _table(results: dict, fit: dict) -> list[str]:
   rows = ["| depth | R_L (mean +- seed se) | "
           + ("R_L averaged over beta (+- se) | " if averaged else "")
           + "A_L | C_L | A_L - C_L | max abs identity residual | steps | converged | flagged "
-          "| diverged |", "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
+          "| diverged |",
+          "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
   for depth in sorted({r["depth"] for r in runs}):
     everyone = [r for r in runs if r["depth"] == depth]
     at = analysis.clean_runs(everyone)
