@@ -60,13 +60,15 @@ def seed_means(runs: list[dict], field: str) -> tuple[list[int], list[float], li
 def beta_averaged_loss(runs: list[dict], depth: int) -> tuple[float, float]:
   """Seed mean of the clean depth-`depth` models' loss averaged exactly over beta
   (`beta_averaged_loss` of the run records: the quantity the linear floor integrates) and its
-  standard error; (nan, nan) where no record has it (kinds not linear in the labels, or
-  records made before it was recorded)."""
+  standard error over contexts; (nan, nan) where no record has it (kinds not linear in the
+  labels, or records made before it was recorded). The seeds share the evaluation contexts,
+  so their errors are not independent: the se is the seeds' mean se (exact when they are
+  fully correlated, an upper bound otherwise)."""
   found = [r for r in clean_runs(runs) if r["depth"] == depth and "beta_averaged_loss" in r]
   if not found:
     return float("nan"), float("nan")
   return (float(np.mean([r["beta_averaged_loss"] for r in found])),
-          float(np.sqrt(np.sum([r["beta_averaged_loss_se"] ** 2 for r in found])) / len(found)))
+          float(np.mean([r["beta_averaged_loss_se"] for r in found])))
 
 
 def _standard_errors(result, num_points: int) -> np.ndarray:

@@ -70,16 +70,16 @@ def test_single_layer_has_R_equal_A():
   assert np.isnan(parts["C"]) and np.isnan(parts["disagreement"])
 
 
-def test_beta_averaged_loss_means_clean_seeds_and_combines_their_errors():
-  """Seed mean over clean models at the depth; se = sqrt(sum se_s^2) / n; nan when no record
-  has the field."""
+def test_beta_averaged_loss_means_clean_seeds_and_their_errors():
+  """Seed mean over clean models at the depth; se = the seeds' mean se (they share the
+  contexts); nan when no record has the field."""
   def record(depth, loss, se, **extra):
     return dict(depth=depth, diverged=False, beta_averaged_loss=loss, beta_averaged_loss_se=se,
                 **extra)
   runs = [record(4, 2.0, 0.3), record(4, 2.2, 0.4), record(4, 9.0, 0.1, flagged=True),
           record(2, 5.0, 0.1), dict(depth=8, diverged=False, eval_loss=1.0)]
   mean, se = analysis.beta_averaged_loss(runs, 4)
-  assert mean == pytest.approx(2.1) and se == pytest.approx(0.25)
+  assert mean == pytest.approx(2.1) and se == pytest.approx(0.35)
   assert np.isnan(analysis.beta_averaged_loss(runs, 8)[0])
 
 
