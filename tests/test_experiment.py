@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, evaluation, experiment, report
+from inverse_depth import analysis, evaluation, experiment, models, report
 from tests import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,9 +118,12 @@ def test_report_has_depth_table(experiment_run):
   for model in MODELS:
     assert f"## {model}, top-{config.k}" in text
   table_rows = [line for line in text.splitlines() if line.startswith("| ")]
+  scored = [model for model in MODELS if model in models.FIXED_INPUT_SCORING]
   for depth in config.depths:
-    # One row per depth in each grid's table.
-    assert sum(line.startswith(f"| {depth} | ") for line in table_rows) == len(MODELS)
+    # One row per depth in each grid's table, and in its scoring-geometry table.
+    assert sum(line.startswith(f"| {depth} | ") for line in table_rows) == (len(MODELS)
+                                                                           + len(scored))
+  assert ("How the layers score" in text) == bool(scored)
   assert "figures/depth_scaling.png" in text and "figures/decomposition.png" in text
 
 
