@@ -31,9 +31,9 @@ _ONLY = flags.DEFINE_list("only", [], "Run only these runs (names in the suite's
 
 # Minutes each run took at the cpu tier on 2 CPU cores (README "Reproducing the paper"):
 # the first estimate of the time left; later runs rescale it by the measured pace.
-CPU_MINUTES = dict(table1=41, table4=11, table4_top16=15, table3=5, table3_top2=6, easy=2, table2=18,
-                   generalized=63, single_stream=15, generalized_top16=43, m_start_top16=88,
-                   m_start=103, depth_law_top16=78, looped=13)
+CPU_MINUTES = dict(table1=41, table4=11, table4_top16=15, table3=5, table3_top2=6, easy=2,
+                   table2=18, generalized=63, single_stream=15, generalized_top16=43,
+                   m_start_top16=88, m_start=103, depth_law_top16=78, looped=13)
 
 
 def _load_config(path: str, argument: str | None):

@@ -76,20 +76,31 @@ def modewise_losses(weights_VBP: jax.Array, batch: Batch, rotations_BDD: jax.Arr
 def scoring_geometry(layers: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict:
   """How each softmax layer scores tokens, from its (W_x, W_q, W_k) (models/softmax.py):
   s_i = r_test r_i x_test^T B x_i with B = (W_q Wc)^T (W_k Wc), r = 1 / sqrt(x^T G x) and
-  G = Wc^T Wc / N (the layer norm's metric). A cosine scorer has B = tau G, so s_i = tau
-  cos_G(x_test, x_i). Returns per layer the temperature tau = tr(B G^-1) / d (the logit of
-  a cosine-1 pair) and the anisotropy |B - tau G|_F / |tau G|_F (0 for a cosine scorer), and
-  `deviation_alignment`, the mean cosine between the layers' deviations B - tau G over pairs
-  of layers (1: every layer distorts alike; 0: unrelated directions; nan for one layer)."""
+  G = Wc^T Wc / N (the layer norm's metric). In whitened inputs z = G^(1/2) x the score is
+  z_test^T M z_i / (|z_test| |z_i|) with M = G^(-1/2) B G^(-1/2); a cosine scorer has
+  M = tau I. Returns per layer the temperature tau = tr(M) / d (the logit of a cosine-1
+  pair for a cosine scorer, its mean over directions otherwise) and the anisotropy
+  |M - tau I|_F / |tau I|_F (0 for a cosine scorer), and `deviation_alignment`, the mean
+  cosine between the layers' departures M - tau I over pairs of layers (1: every layer
+  distorts alike; 0: unrelated directions; nan for one layer). All nan when G is singular
+  (N <= d: the centring leaves rank N - 1)."""
   temperatures, anisotropies, deviations = [], [], []
   for W_x_ND, W_q_NN, W_k_NN in layers:
     centred_ND = np.asarray(W_x_ND, np.float64) - np.mean(W_x_ND, axis=0, keepdims=True)
-    metric_DD = centred_ND.T @ centred_ND / centred_ND.shape[0]
+    d = centred_ND.shape[1]
+    metric_eigenvalues_D, metric_basis_DD = np.linalg.eigh(centred_ND.T @ centred_ND
+                                                           / centred_ND.shape[0])
+    if metric_eigenvalues_D.min() <= 1e-9 * metric_eigenvalues_D.max():
+      nan = float("nan")
+      return dict(layer_temperature=[nan] * len(layers), layer_anisotropy=[nan] * len(layers),
+                  deviation_alignment=nan)
+    whiten_DD = metric_basis_DD / np.sqrt(metric_eigenvalues_D) @ metric_basis_DD.T
     form_DD = (np.asarray(W_q_NN, np.float64) @ centred_ND).T @ (W_k_NN @ centred_ND)
-    tau = float(np.trace(np.linalg.solve(metric_DD, form_DD.T).T) / metric_DD.shape[0])
-    deviation_DD = form_DD - tau * metric_DD
+    whitened_DD = whiten_DD @ form_DD @ whiten_DD
+    tau = float(np.trace(whitened_DD) / d)
+    deviation_DD = whitened_DD - tau * np.eye(d)
     temperatures.append(tau)
-    anisotropies.append(float(np.linalg.norm(deviation_DD) / np.linalg.norm(tau * metric_DD)))
+    anisotropies.append(float(np.linalg.norm(deviation_DD) / (abs(tau) * np.sqrt(d))))
     deviations.append(deviation_DD.ravel() / max(np.linalg.norm(deviation_DD), 1e-30))
   cosines_LL = np.array(deviations) @ np.array(deviations).T
   pairs = cosines_LL[np.triu_indices(len(layers), 1)]

@@ -191,7 +191,8 @@ class GridEvaluator:
                     modewise_zero_loss=found["modewise_zero_loss"].tolist(),
                     beta_averaged_loss=float(per_context.mean()),
                     beta_averaged_loss_se=float(per_context.std(ddof=1)
-                                                / np.sqrt(per_context.size)))
+                                                / np.sqrt(per_context.size))
+                    if per_context.size > 1 else float("nan"))
     if SELECTION in self.diagnostic_names:
       errors = found["selection_error"][seed_index, view]
       fields.update(selection_error_mean=float(errors.mean()),

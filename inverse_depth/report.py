@@ -245,8 +245,9 @@ def _table(results: dict, fit: dict) -> list[str]:
 
     spread = (np.std([r["eval_loss"] for r in at], ddof=1) / np.sqrt(len(at))
               if len(at) > 1 else float("nan"))
-    averaged_cell = ("{:.4g} +- {:.2g} | ".format(*analysis.beta_averaged_loss(runs, depth))
-                     if averaged else "")
+    averaged_loss, averaged_se = analysis.beta_averaged_loss(runs, depth)
+    averaged_cell = ((f"{averaged_loss:.4g} +- {averaged_se:.2g} | "
+                      if np.isfinite(averaged_loss) else "- | ") if averaged else "")
     rows.append(
         f"| {depth} | {mean('eval_loss'):.4g} +- {spread:.2g} | {averaged_cell}"
         f"{mean('A'):.4g} | {mean('C'):.4g} | {mean('disagreement'):.4g} | "

@@ -83,7 +83,7 @@ def table1_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
     return lines + ["Not run (runs/reproduce/table1 has no results.json)."], []
   lines += ["| (a, b) | softmax floor | paper | diff | best single cosine layer | best mixture | "
             "linear floor | paper | diff | theory T - h^T G^+ h | "
-            "linear R at its deepest depth vs R_2 |",
+            "linear floor vs its L = 2 loss (same measure) |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
   checks = []
   soft = {(f["a"], f["b"]): f for f in _fits(results, "softmax")}

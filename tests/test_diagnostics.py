@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+import scipy.linalg
 
 from inverse_depth import diagnostics, evaluation, tasks
 from inverse_depth.grid import GridLayout, InitScales, init_grid
@@ -78,7 +79,8 @@ def test_scoring_geometry_of_cosine_and_distorted_layers():
   np.testing.assert_allclose(found["layer_temperature"], [17.0], rtol=1e-10)
   assert found["layer_anisotropy"][0] < 1e-10 and np.isnan(found["deviation_alignment"])
   E = 0.3 * rng.normal(size=(N, N))
-  distorted = diagnostics.scoring_geometry([(W_x, cosine, cosine + E), (W_x, cosine, cosine - E)])
+  distorted = diagnostics.scoring_geometry([(W_x, cosine, cosine + E),
+                                            (W_x, cosine, cosine - E)])
   assert min(distorted["layer_anisotropy"]) > 0.01
   np.testing.assert_allclose(distorted["deviation_alignment"], -1.0, rtol=1e-6)
   # The form B and metric G give the model's logits: s_i = x_t^T B x_i / sqrt(x^T G x x_i^T G x_i).
@@ -90,8 +92,22 @@ def test_scoring_geometry_of_cosine_and_distorted_layers():
   form, metric = (W_q @ centred).T @ (W_k @ centred), centred.T @ centred / N
   norms = np.sqrt(np.einsum("bd,de,be->b", x, metric, x))
   np.testing.assert_allclose(logits, x[0] @ form @ x[1:].T / (norms[0] * norms[1:]), rtol=1e-4)
-  tau = diagnostics.scoring_geometry([(W_x, W_q, W_k)])["layer_temperature"][0]
-  np.testing.assert_allclose(tau, np.trace(form @ np.linalg.inv(metric)) / D, rtol=1e-8)
+  # In whitened inputs z = G^(1/2) x the logit is z_t^T M z_i / (|z_t| |z_i|).
+  root = scipy.linalg.sqrtm(metric).real
+  whitened = np.linalg.inv(root) @ form @ np.linalg.inv(root)
+  z = x @ root
+  np.testing.assert_allclose(logits, z[0] @ whitened @ z[1:].T
+                             / (np.linalg.norm(z[0]) * np.linalg.norm(z[1:], axis=1)), rtol=1e-4)
+  found = diagnostics.scoring_geometry([(W_x, W_q, W_k)])
+  tau = np.trace(whitened) / D
+  np.testing.assert_allclose(found["layer_temperature"][0], tau, rtol=1e-8)
+  np.testing.assert_allclose(found["layer_anisotropy"][0],
+                             np.linalg.norm(whitened - tau * np.eye(D)) / (abs(tau) * np.sqrt(D)),
+                             rtol=1e-8)
+  # N <= d leaves the metric singular after centring: nan, not a number from a bad solve.
+  narrow = diagnostics.scoring_geometry([(rng.normal(size=(D, D)), cosine[:D, :D],
+                                          cosine[:D, :D])])
+  assert np.isnan(narrow["layer_temperature"][0]) and np.isnan(narrow["layer_anisotropy"][0])
 
 
 def test_selection_error_matches_brute_force():
