@@ -154,8 +154,9 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
     verdict = (f"no depth dependence resolved: the depth term c = {c:.2g} is within two "
                f"standard errors ({c_se:.2g}) of zero")
   else:
-    free = ", ".join(name for name, is_free in (("L0", fit_floor), ("c", True),
-                                                    ("alpha", held_alpha is None)) if is_free)
+    free = [name for name, is_free in (("L0", fit_floor), ("c", True),
+                                       ("alpha", held_alpha is None)) if is_free]
+    free = " and ".join([", ".join(free[:-1]), free[-1]] if len(free) > 1 else free)
     verdict = (f"no depth dependence resolved: the losses do not determine {free} "
                "(flat or too few depths); L0 is about the mean loss")
   return dict(L0=float(L0), L0_se=float(L0_se), c=c, c_se=c_se,
