@@ -71,6 +71,19 @@ def beta_averaged_loss(runs: list[dict], depth: int) -> tuple[float, float]:
           float(np.mean([r["beta_averaged_loss_se"] for r in found])))
 
 
+def plateau_loss(runs: list[dict], fit: dict, depth: int | None) -> tuple[float, float, str]:
+  """The loss of a grid's clean depth-`depth` models (`runs`, `fit`: its run and fit records)
+  with its standard error and the measure's name: averaged exactly over beta where the
+  records have it (`beta_averaged_loss`), else the held-out MSE of the fit (seed mean, se
+  nan). nan for a depth with no clean model."""
+  averaged, averaged_se = beta_averaged_loss(runs, depth)
+  if np.isfinite(averaged):
+    return averaged, averaged_se, "averaged over beta"
+  held_out = (fit["losses"][fit["depths"].index(depth)] if depth in fit["depths"]
+              else float("nan"))
+  return held_out, float("nan"), "held-out MSE"
+
+
 def _standard_errors(result, num_points: int) -> np.ndarray:
   """sqrt(diag(s^2 (J^T J)^-1)) with s^2 = RSS / (n - p).
 

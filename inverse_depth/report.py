@@ -209,10 +209,9 @@ def _linear_checks(fit: dict, runs: list[dict]) -> list[tuple[bool, str]]:
                   f"{100 * tail_change:.1f}%)."))
   bound = fit.get("bound")
   if bound and len(losses):
-    deepest, deepest_se = analysis.beta_averaged_loss(runs, int(fit["depths"][-1]))
-    measure = f"averaged over beta, +- {deepest_se:.2g}"
-    if not np.isfinite(deepest):
-      deepest, measure = losses[-1], "held-out MSE"
+    deepest, deepest_se, measure = analysis.plateau_loss(runs, fit, fit["depths"][-1])
+    if measure == "averaged over beta":
+      measure += f", +- {deepest_se:.2g}"
     off = deepest / bound["floor"] - 1
     at_this_P = ""
     if "context_floor" in bound:  # bounds computed before the finite-P floor lack it

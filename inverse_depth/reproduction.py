@@ -70,10 +70,9 @@ def linear_floor_of(results: dict, fit: dict, depth: int | None = None) -> tuple
   depth = depth or deepest(fit)[0]
   if depth is None:
     return float("nan"), "no clean model"
-  averaged, _ = analysis.beta_averaged_loss(report.runs_of(results, fit), depth)
-  if np.isfinite(averaged):
-    return averaged, f"averaged over beta, L={depth}"
-  return fit["losses"][fit["depths"].index(depth)], f"R at L={depth}"
+  loss, _, measure = analysis.plateau_loss(report.runs_of(results, fit), fit, depth)
+  return loss, (f"averaged over beta, L={depth}" if measure == "averaged over beta"
+                else f"R at L={depth}")
 
 
 def table1_section(results: dict | None) -> tuple[list[str], list[tuple[bool, str]]]:
@@ -191,22 +190,19 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     if not bound:
       continue
     depth, held_out = deepest(fit)
-    averaged, averaged_se = (analysis.beta_averaged_loss(runs, depth) if depth
-                             else (float("nan"), float("nan")))
-    trained = averaged if np.isfinite(averaged) else held_out
+    trained, trained_se, measure = analysis.plateau_loss(runs, fit, depth)
     held_out_se = float(np.mean([r["eval_loss_se"] for r in analysis.clean_runs(runs)
                                  if r["depth"] == depth] or [np.nan]))
     quoted = paper.TABLE3_FLOOR.get((fit["k"], fit["a"], fit["b"]), {})
     context_floor = bound.get("context_floor")  # absent from bounds computed before it existed
     at_this_P = (f"{context_floor:.4g} +- {bound['context_floor_se']:.2g} | "
                  f"{_percent(trained, context_floor)}" if context_floor else "- | -")
-    averaged_cell = (f"{averaged:.4g} +- {averaged_se:.2g} (L={depth})"
-                     if np.isfinite(averaged) else f"not recorded (L={depth})")
+    averaged_cell = (f"{trained:.4g} +- {trained_se:.2g} (L={depth})"
+                     if measure == "averaged over beta" else f"not recorded (L={depth})")
     lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {bound['floor']:.4g} +- "
                  f"{bound['floor_se']:.2g} | {averaged_cell} | "
                  f"{_percent(trained, bound['floor'])} | {held_out:.4g} +- {held_out_se:.2g} | "
                  f"{at_this_P} | {quoted.get('theory') or '-'} | {quoted.get('trained') or '-'} |")
-    measure = "averaged over beta" if np.isfinite(averaged) else "held-out MSE"
     checks.append((abs(trained / bound["floor"] - 1) < 0.05, f"Table 3 k={fit['k']} "
                    f"({fit['a']:g}, {fit['b']:g}): trained {trained:.4g} ({measure}) is "
                    f"{_percent(trained, bound['floor'])} from theory {bound['floor']:.4g} "

@@ -81,6 +81,12 @@ def test_beta_averaged_loss_means_clean_seeds_and_their_errors():
   mean, se = analysis.beta_averaged_loss(runs, 4)
   assert mean == pytest.approx(2.1) and se == pytest.approx(0.35)
   assert np.isnan(analysis.beta_averaged_loss(runs, 8)[0])
+  fit = dict(depths=[2, 4, 8], losses=[5.1, 2.3, 1.0])
+  assert analysis.plateau_loss(runs, fit, 4) == (pytest.approx(2.1), pytest.approx(0.35),
+                                                 "averaged over beta")
+  loss, se, measure = analysis.plateau_loss(runs, fit, 8)  # no beta-averaged record: the fit's
+  assert (loss, measure) == (1.0, "held-out MSE") and np.isnan(se)
+  assert np.isnan(analysis.plateau_loss(runs, fit, 16)[0])
 
 
 # --- depth fits ------------------------------------------------------------------------------
