@@ -228,11 +228,21 @@ class GridEvaluator:
     squared_errors_SVE = np.stack([
         [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
          for _, layers, _ in views] for s in range(len(spec.seeds))])
+    references = depth_references(bound, spec.depths)
+    if spec.ensemble:  # one-layer members (member m is packed layer m), judged as models are
+      member_loss_ST = ((layer_preds_STE.astype(np.float64) - target_E) ** 2).mean(axis=-1)
+      member_limit = spec.outlier_factor * min(float(np.median(member_loss_ST)),
+                                               references.get(1, np.inf))
     runs = []
     for s, seed in enumerate(spec.seeds):
       replicate = spectrum * len(spec.seeds) + s
       for i, (depth, layers, members) in enumerate(views):
         parts = analysis.decompose(layer_preds_STE[s, layers], target_E)
+        ensemble_fields = {}
+        if spec.ensemble:
+          ensemble_fields["outlier_members"] = [
+              dict(member=m, loss=float(member_loss_ST[s, m]), limit=member_limit)
+              for m in members if member_loss_ST[s, m] > member_limit]
         runs.append(dict(
             model=spec.label, task=spec.problem.task, k=spec.problem.k, a=a, b=b,
             d=spec.problem.d, P=spec.problem.P, N=spec.N, depth=depth, seed=seed,
@@ -250,9 +260,9 @@ class GridEvaluator:
             target_second_moment=float(np.mean(target_E ** 2)),
             parameters=models.parameter_count(spec.model, depth, d=spec.problem.d, N=spec.N,
                                               loop_group=spec.loop_group),
-            diagnostic_contexts=found["contexts"],
+            diagnostic_contexts=found["contexts"], **ensemble_fields,
             **self.diagnostic_fields(found, state.params, replicate, s, i, members)))
-    flag_outliers(runs, depth_references(bound, spec.depths), spec.outlier_factor)
+    flag_outliers(runs, references, spec.outlier_factor)
     clean_SV = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),
                                                                       len(views))
     return runs, paired_differences([L for L, _, _ in views], squared_errors_SVE, clean_SV)
@@ -284,8 +294,10 @@ def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
 
   A model is flagged when its loss exceeds `factor` x the median loss of the other seeds at
   its depth (unless the loss is below SOLVED_FRACTION x E[y*^2]), or `factor` x the theory
-  reference of its depth (`depth_references`). Flagged models are kept out of the means,
-  the fits and the monotonicity check; the report names them.
+  reference of its depth (`depth_references`), or when it averages one-layer models of which
+  one is an outlier by the same rule (`outlier_members` of an ensemble control: a member above
+  `factor` x the median of all members or x the depth-1 reference). Flagged models are kept
+  out of the means, the fits and the monotonicity check; the report names them.
   """
   for run in runs:
     peers = [p["eval_loss"] for p in runs
@@ -299,6 +311,9 @@ def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
                      f"its depth ({float(np.median(peers)):.4g})")
     if not run["diverged"] and reference is not None and run["eval_loss"] > factor * reference:
       reasons.append(f"{run['eval_loss']:.4g} > {factor:g} x the theory bound ({reference:.4g})")
+    for member in run.get("outlier_members", []):
+      reasons.append(f"its one-layer member {member['member']} is an outlier "
+                     f"({member['loss']:.4g} > {member['limit']:.4g})")
     run["flagged"] = bool(reasons)
     run["flag_reason"] = "; ".join(reasons)
 

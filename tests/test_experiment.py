@@ -329,6 +329,24 @@ def test_peer_rule_compares_with_the_other_seeds_and_ignores_solved_models():
   assert not any(r["flagged"] for r in solved)
 
 
+def test_an_ensemble_with_an_outlier_member_is_flagged_by_name():
+  """An ensemble control's average of L one-layer models can hide a member that never
+  trained (its R_L still looks fine): every view holding that member is flagged, and the
+  report's clean-run check names it."""
+  runs = [dict(r, model="softmax-ensemble", outlier_members=[])
+          for r in _synthetic_runs((1, 2, 4, 8)) if r["model"] == "softmax"]
+  stuck = dict(member=3, loss=6.6, limit=2.4)
+  for r in runs:
+    if r["seed"] == 1 and r["depth"] >= 4:
+      r["outlier_members"] = [stuck]
+  evaluation.flag_outliers(runs, {}, factor=1.2)
+  assert {(r["depth"], r["seed"]) for r in runs if r["flagged"]} == {(4, 1), (8, 1)}
+  assert all("one-layer member 3 is an outlier (6.6 > 2.4)" in r["flag_reason"]
+             for r in runs if r["flagged"])
+  passed, sentence = report.checks(dict(runs=runs, fits=[]))[1]
+  assert not passed and "softmax-ensemble L=8 seed 1" in sentence
+
+
 def test_ensemble_control_matches_models_trained_alone(tmp_path):
   """The ensemble control's first member of each seed is the grid's one-layer model (same
   key, same stream: a model in a grid equals the model alone), and its depth-L record is
