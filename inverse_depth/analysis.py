@@ -11,6 +11,21 @@ and A_L - C_L = 1/(2L(L-1)) sum_{l != m} E[(e_l - e_m)^2] >= 0 (disagreement).
 import numpy as np
 import scipy.optimize
 
+# A model whose loss exceeds this fraction of the best uniform-attention predictor's loss
+# (`evaluation.uniform_attention_loss`) is on that plateau (run record `on_plateau`).
+UNIFORM_PLATEAU_FRACTION = 0.9
+
+ENSEMBLE_SUFFIX = "-ensemble"  # the label of a grid's ensemble control: "softmax-ensemble"
+
+
+def is_ensemble(label: str) -> bool:
+  return label.endswith(ENSEMBLE_SUFFIX)
+
+
+def model_kind(label: str) -> str:
+  """The model kind a record's label names ("softmax" for "softmax-ensemble")."""
+  return label.removesuffix(ENSEMBLE_SUFFIX)
+
 
 def decompose(layer_preds, target) -> dict:
   """R, A, C (and the identity residual) from per-layer predictions.

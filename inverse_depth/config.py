@@ -15,6 +15,7 @@ from typing import Callable
 import ml_collections
 
 from inverse_depth import tasks
+from inverse_depth.analysis import ENSEMBLE_SUFFIX
 from inverse_depth.grid import QK_INITS, VALUE_INITS, W_X_INITS, InitScales
 from inverse_depth.models import MODELS
 from inverse_depth.train import OPTIMIZERS, SCHEDULES, Problem, TrainSettings
@@ -312,9 +313,6 @@ class GridSpec:
   def name(self) -> str:
     """File name of the grid (grids/<name>.json, checkpoints/<name>/)."""
     return self.label + "_" + "+".join(spectrum_name(a, b) for a, b in self.problem.spectra)
-
-
-ENSEMBLE_SUFFIX = "-ensemble"
 
 
 def spectrum_name(a: float, b: float) -> str:

@@ -43,7 +43,6 @@ CHUNK_COMBINATION = dict(modewise_loss="mean", modewise_zero_loss="mean",
 # Tokens kept of the first context's S_1 for the report's heatmaps (context_updates).
 HEATMAP_TOKENS = 32
 SELECTION_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
-PLATEAU_FRACTION = 0.9
 
 
 def combine_chunks(per_chunk: list[dict], counts: list[float]) -> dict:
@@ -224,7 +223,7 @@ class GridEvaluator:
     layer_preds_STE, target_E, mean_label_E, found = self.evaluate(
         state.params, eval_key, spec.eval_size, spec.eval_chunk_size, spectrum,
         [layers for _, layers, _ in views], spec.diagnostic_size)
-    plateau_loss = uniform_attention_loss(mean_label_E, target_E)
+    uniform_loss = uniform_attention_loss(mean_label_E, target_E)
     squared_errors_SVE = np.stack([
         [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
          for _, layers, _ in views] for s in range(len(spec.seeds))])
@@ -255,8 +254,8 @@ class GridEvaluator:
             converged=bool(state.converged_SM[replicate, members].all()),
             steps=int(state.steps_trained_SM[replicate, members].max()),
             final_lr_scale=float(state.lr_scale_SM[replicate, members].mean()),
-            uniform_attention_loss=plateau_loss,
-            on_plateau=bool(parts["R"] > PLATEAU_FRACTION * plateau_loss),
+            uniform_attention_loss=uniform_loss,
+            on_plateau=bool(parts["R"] > analysis.UNIFORM_PLATEAU_FRACTION * uniform_loss),
             target_second_moment=float(np.mean(target_E ** 2)),
             parameters=models.parameter_count(spec.model, depth, d=spec.problem.d, N=spec.N,
                                               loop_group=spec.loop_group),

@@ -1,18 +1,25 @@
 """How many models share one training step.
 
-A grid is every (seed, depth) pair for one model kind, task and spectrum.
-Seeds are a vmapped leading axis S. Depths are laid out without padding:
-per-model parameters stack along an axis M (one entry per depth), and the
-per-layer parameters of all models are *packed* along one axis T = sum(depths),
-model m owning the static slice `layer_slice(m)`. Packed models run all T
-layers in one batched contraction; cascaded models (sequential layout) scan
-each model's own slice. Either way a step does exactly sum(depths) layers of
-work per seed. (When the layer axis is sharded over devices, the trainer may
+A grid is one model kind trained on every (spectrum, seed, depth) of a config
+(`config.GridSpec`). The (spectrum, seed) *replicates* are a vmapped leading
+axis S (train.GridTrainer). Depths are laid out without padding: per-model
+parameters stack along an axis M (one entry per depth), and the per-layer
+parameters of all models are *packed* along one axis T = sum(depths), model m
+owning the static slice `layer_slice(m)`. Packed models run all T layers in
+one batched contraction; cascaded models (sequential layout) scan each model's
+own slice. Either way a step does exactly sum(depths) layers of work per
+replicate. (When the layer axis is sharded over devices, the trainer may
 append one frozen padding model to the depths: train.py.)
 
-Initialisation of one model depends only on (root key, seed, depth), never on
-the rest of the grid, so a model trained inside a grid equals the same model
-trained alone.
+Initialisation of one model depends only on (root key, seed, depth, member;
+`model_key`), never on the rest of the grid, so a model trained inside a grid
+equals the same model trained alone.
+
+Array names end in their axes, in this order of letters: S replicates, M models,
+T packed layers, V reported views (a model, or the first L members of an ensemble),
+B contexts of a batch, E evaluation contexts, P context tokens, K the k tokens that
+make the target, N hidden width, D input dimension d, R polynomial degree
+(e.g. `attention_TBP`: per packed layer, context and token).
 """
 
 import dataclasses

@@ -1,6 +1,8 @@
 """The paper's published numbers (SPEC section 4): references to compare with, never
 used to produce a result."""
 
+from inverse_depth.analysis import model_kind
+
 # Table 1: fitted floor L0 on the top-2 task, by (a, b).
 TABLE1_L0 = {
     "softmax": {(0.0, 0.0): 2.007, (0.0, 0.25): 1.268, (0.0, 0.5): 0.836, (0.0, 1.0): 0.424,
@@ -14,7 +16,7 @@ def table1_floor(model: str, task: str, k: int, a: float, b: float) -> float | N
   """The paper's fitted L0 for this grid, or None where Table 1 has no entry."""
   if task != "topk" or k != 2:
     return None
-  return TABLE1_L0.get(model.split("-")[0], {}).get((float(a), float(b)))
+  return TABLE1_L0.get(model_kind(model), {}).get((float(a), float(b)))
 
 
 # Table 2: linear model, easy task: measured depth exponent, by (a, b) (zeta and 2 zeta are

@@ -58,7 +58,7 @@ def plot_depth_scaling(results: dict, path: str) -> None:
       ax.plot(dense, _fit_curve(fit, dense), "-", color=color, alpha=0.8,
               label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
     bound = fit.get("bound")
-    if bound and bound["kind"] == "softmax_bound" and not fit["model"].endswith("ensemble"):
+    if bound and bound["kind"] == "softmax_bound" and not analysis.is_ensemble(fit["model"]):
       ax.axhline(bound["single"], color=color, ls="--", lw=1,
                  label=f"best single cosine layer {bound['single']:.4g}")
       ax.axhline(bound["mixture"], color=color, ls=":", lw=1,
@@ -122,7 +122,7 @@ def checks(results: dict) -> list[tuple[bool, str]]:
                                          f"({r['flag_reason']})" for r in flagged) + "."))
   stuck = [f"{r['model']} L={r['depth']} seed {r['seed']}" for r in live if r["on_plateau"]]
   lines.append((not stuck, f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
-                "0.9 x the best uniform-attention predictor)"
+                f"{analysis.UNIFORM_PLATEAU_FRACTION:g} x the best uniform-attention predictor)"
                 + (": " + ", ".join(stuck) if stuck else ".")))
   worst_residual = max(abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in runs)
   lines.append((worst_residual < 1e-6,
@@ -133,7 +133,7 @@ def checks(results: dict) -> list[tuple[bool, str]]:
     by_problem.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
   for fits in by_problem.values():
     soft, lin = fits.get("softmax"), fits.get("linear")
-    for fit in (soft, fits.get("softmax-ensemble")):
+    for fit in (soft, fits.get("softmax" + analysis.ENSEMBLE_SUFFIX)):
       if fit is not None:
         lines += _softmax_checks(fit)
     if lin is not None:
@@ -286,7 +286,7 @@ def _ensemble_comparison(results: dict) -> list[str]:
   fits = {(f["model"], f["task"], f["k"], f["a"], f["b"]): f for f in results["fits"]}
   for (model, *problem), ensemble in fits.items():
     joint = fits.get(("softmax", *problem))
-    if model != "softmax-ensemble" or joint is None:
+    if model != "softmax" + analysis.ENSEMBLE_SUFFIX or joint is None:
       continue
     lines += ["", f"## Depth or ensemble? {grid_label(joint)}", "",
               "Jointly trained depth-L model against the average of L one-layer models trained "
@@ -362,7 +362,7 @@ def write_report(workdir: str) -> str:
   os.makedirs(os.path.join(workdir, "figures"), exist_ok=True)
   plot_depth_scaling(results, os.path.join(workdir, "figures", "depth_scaling.png"))
   plot_decomposition(results, os.path.join(workdir, "figures", "decomposition.png"))
-  kinds = sorted({f["model"].split("-")[0] for f in results["fits"]})
+  kinds = sorted({analysis.model_kind(f["model"]) for f in results["fits"]})
   lines = ["# inverse-depth report", "",
            "; ".join(_training_header(config, kind) for kind in kinds)
            + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "

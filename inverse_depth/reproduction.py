@@ -224,22 +224,23 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   return lines, checks
 
 
-def table4_section(runs: list[dict | None]) -> list[str]:
-  lines = ["## Table 4: softmax depth exponents", "",
-           "| k | (a, b) | alpha (ours) | R^2 | L0 | paper alpha |", "|---|---|---|---|---|---|"]
-  for results in runs:
+def table4_section(table_results: list[dict | None]) -> list[str]:
+  """The softmax fits of the Table 4 runs (top-2 and top-16; None for a run not finished)
+  beside the paper's exponents."""
+  header = ["## Table 4: softmax depth exponents", "",
+            "| k | (a, b) | alpha (ours) | R^2 | L0 | paper alpha |", "|---|---|---|---|---|---|"]
+  rows = []
+  for results in table_results:
     for fit in _fits(results, "softmax"):
       target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
       if fit.get("resolved"):
-        lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {fit['alpha']:.3f} +- "
-                     f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {fit['L0']:.4g} +- "
-                     f"{fit['L0_se']:.2g} | {target} |")
+        rows.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {fit['alpha']:.3f} +- "
+                    f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {fit['L0']:.4g} +- "
+                    f"{fit['L0_se']:.2g} | {target} |")
       else:
-        lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {fit.get('verdict')} | - "
-                     f"| - | {target} |")
-  if len(lines) == 4:
-    lines.append("| - | - | not run | - | - | - |")
-  return lines
+        rows.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {fit.get('verdict')} | - "
+                    f"| - | {target} |")
+  return header + (rows or ["| - | - | not run | - | - | - |"])
 
 
 def table5_section(results: dict | None) -> list[str]:
@@ -335,7 +336,7 @@ def plot_overview(all_results: dict[str, dict], path: str) -> None:
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
   panels = ((axes[0], "topk", "difficult task (top-k)"), (axes[1], "top1", "easy task (top-1)"))
   fits = [f for results in all_results.values() for f in results["fits"]
-          if not f["model"].endswith("ensemble")]
+          if not analysis.is_ensemble(f["model"])]
   colours = _colours((f["a"], f["b"]) for f in fits)
   for ax, task, title in panels:
     for fit in (f for f in fits if f["task"] == task):
@@ -416,7 +417,7 @@ def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
 def column_labels(config: dict, model: str) -> list[str]:
   """Labels of a grid's model columns in metrics.jsonl: its depths (flagged models included),
   or the one-layer members of an ensemble control."""
-  if model.endswith("-ensemble"):
+  if analysis.is_ensemble(model):
     return [f"member {i + 1}" for i in range(max(config["depths"]))]
   return [f"L={L}" for L in report.kind_config(config, model)["depths"]]
 
@@ -428,10 +429,10 @@ def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
   records = [m for m in metrics if "selected_mass" in m]
   if records:
     steps = [m["step"] for m in records]
-    mass_KM = np.array([np.mean(m["selected_mass"], axis=0) for m in records])
+    mass_by_step = np.array([np.mean(m["selected_mass"], axis=0) for m in records])  # [., M]
     labels = column_labels(config, records[0]["model"])
-    for i in range(mass_KM.shape[1]):
-      ax.plot(steps, mass_KM[:, i], label=labels[i])
+    for i in range(mass_by_step.shape[1]):
+      ax.plot(steps, mass_by_step[:, i], label=labels[i])
   ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
   ax.legend(fontsize=7)
   report.save_figure(fig, path)
@@ -461,9 +462,9 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
   for ax, (model, a, b) in zip(axes.flat, grids):
     lines = [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)]
     labels = column_labels(results["config"], model)
-    val_KM = np.array([np.mean(m["val_loss"], axis=0) for m in lines])
-    for i in range(val_KM.shape[1]):
-      ax.plot([m["step"] for m in lines], val_KM[:, i], lw=1,
+    val_by_step = np.array([np.mean(m["val_loss"], axis=0) for m in lines])  # [., M]
+    for i in range(val_by_step.shape[1]):
+      ax.plot([m["step"] for m in lines], val_by_step[:, i], lw=1,
               label=labels[i] if i < len(labels) else None)
     ax.set_yscale("log")
     ax.set_title(f"{name}: {model} ({a:g},{b:g})", fontsize=7)

@@ -300,8 +300,9 @@ class GridTrainer:
 
   def _train_chunk(self, state: TrainState) -> tuple[TrainState, jax.Array]:
     """`eval_every` train steps; returns the state and the mean training loss [S, M]."""
-    state, losses_KSM = jax.lax.scan(self._train_step, state, length=self.settings.eval_every)
-    return state, losses_KSM.mean(axis=0)
+    state, losses_per_step = jax.lax.scan(self._train_step, state,  # [eval_every, S, M]
+                                          length=self.settings.eval_every)
+    return state, losses_per_step.mean(axis=0)
 
   # --- evaluation and convergence ------------------------------------------------------------
 
@@ -332,22 +333,28 @@ class GridTrainer:
     return jax.vmap(per_seed)(self.spectrum_params(params, spectrum))
 
   def _update_convergence(self, state: TrainState, val_loss_SM: jax.Array) -> TrainState:
-    s = self.settings
+    """The schedule's rule (module docstring) after one validation: an evaluation improves
+    when the loss falls below (1 - rel_tol) x the best so far; `patience` evaluations without
+    improvement mark a model converged (at max_steps, or under "stall_decay" once its rate has
+    been decayed max_lr_decays times; before that they decay its rate)."""
+    settings = self.settings
     active = state.active_SM
-    improved = active & (val_loss_SM < state.best_val_loss_SM * (1.0 - s.rel_tol))
+    improved = active & (val_loss_SM < state.best_val_loss_SM * (1.0 - settings.rel_tol))
     since = jnp.where(improved, 0, state.evals_since_best_SM + active)
-    stalled = active & (since >= s.patience)
-    if s.schedule != "stall_decay":  # train to max_steps; converged = flat at the end
-      at_end = state.step >= s.max_steps
-      return state.replace(
-          best_val_loss_SM=jnp.where(improved, val_loss_SM, state.best_val_loss_SM),
-          evals_since_best_SM=since, converged_SM=state.converged_SM | (stalled & at_end))
-    converged = state.converged_SM | (stalled & (state.num_lr_decays_SM >= s.max_lr_decays))
+    stalled = active & (since >= settings.patience)
+    state = state.replace(best_val_loss_SM=jnp.where(improved, val_loss_SM,
+                                                     state.best_val_loss_SM))
+    if settings.schedule != "stall_decay":  # train to max_steps; converged = flat at the end
+      at_end = state.step >= settings.max_steps
+      return state.replace(evals_since_best_SM=since,
+                           converged_SM=state.converged_SM | (stalled & at_end))
+    converged = state.converged_SM | (stalled & (state.num_lr_decays_SM
+                                                 >= settings.max_lr_decays))
     decay = stalled & ~converged
     return state.replace(
-        best_val_loss_SM=jnp.where(improved, val_loss_SM, state.best_val_loss_SM),
         evals_since_best_SM=jnp.where(stalled, 0, since),
-        lr_scale_SM=jnp.where(decay, state.lr_scale_SM * s.lr_decay_factor, state.lr_scale_SM),
+        lr_scale_SM=jnp.where(decay, state.lr_scale_SM * settings.lr_decay_factor,
+                              state.lr_scale_SM),
         num_lr_decays_SM=state.num_lr_decays_SM + decay,
         converged_SM=converged)
 
