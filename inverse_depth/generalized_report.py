@@ -51,6 +51,14 @@ def paper_expectation(model: str, k: int) -> str | None:
   return "law"
 
 
+def falls_and_rises(fit: dict, num_se: float = 2.0) -> tuple[int, int]:
+  """How many depth doublings fall and how many rise: R_L - R_L/2 on the shared evaluation
+  set beyond `num_se` paired standard errors."""
+  paired = fit.get("paired_differences", [])
+  return (sum(p["difference"] < -num_se * p["se"] for p in paired),
+          sum(p["difference"] > num_se * p["se"] for p in paired))
+
+
 def observed_trend(fit: dict) -> str:
   """Our depth trend of one grid: "law" (a resolved fit R_L = L0 + c L^-alpha with
   0.5 <= alpha <= 1.5 and R^2 >= 0.95), "falls" (no doubling rises and at most one fails to
@@ -58,8 +66,7 @@ def observed_trend(fit: dict) -> str:
   if (fit.get("resolved") and 0.5 <= fit["alpha"] <= 1.5 and fit["r2"] >= 0.95):
     return "law"
   paired = fit.get("paired_differences", [])
-  falls = sum(p["difference"] < -2 * p["se"] for p in paired)
-  rises = sum(p["difference"] > 2 * p["se"] for p in paired)
+  falls, rises = falls_and_rises(fit)
   return "falls" if paired and rises == 0 and falls >= len(paired) - 1 else "none"
 
 
@@ -98,8 +105,7 @@ def trend_sentence(fit: dict) -> str:
     return "fewer than two clean depths"
   first, last = fit["losses"][0], fit["losses"][-1]
   first_depth, last_depth = int(fit["depths"][0]), int(fit["depths"][-1])
-  falls = sum(p["difference"] < -2 * p["se"] for p in fit.get("paired_differences", []))
-  rises = sum(p["difference"] > 2 * p["se"] for p in fit.get("paired_differences", []))
+  falls, rises = falls_and_rises(fit)
   steps = len(fit.get("paired_differences", []))
   law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
          f"(R^2 {fit['r2']:.3f})" if fit.get("resolved") else fit.get("verdict", "no fit"))
@@ -296,10 +302,8 @@ def write_generalized_report(root: str) -> str:
   all_results, metrics, figures = reproduction.load_root(root, [name for name, _, _ in RUNS])
   lines = ["# Generalised models and looped layers", "",
            "Every number comes from the runs under this directory (one experiment workdir each, "
-           "with its own report.md). Runs, with their training and evaluation time (theory "
-           "bounds and compilation not counted): " + ", ".join(
-               f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
-               if name in all_results else f"{name} (not run)" for name, _, _ in RUNS) + ".",
+           "with its own report.md). "
+           + reproduction.run_times_sentence(all_results, [name for name, _, _ in RUNS]),
            "", "## Depth trends beside the paper's description", ""]
   lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "

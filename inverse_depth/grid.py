@@ -58,6 +58,12 @@ class GridLayout:
   def layer_slice(self, m: int) -> slice:
     return slice(self.offsets[m], self.offsets[m] + self.depths[m])
 
+  def model_params(self, params: Params, m: int) -> tuple[dict, dict]:
+    """Model m's own parameters from one replicate's: its model leaves and its layers'
+    leaves [depth, ...]."""
+    return (jax.tree.map(lambda x: x[m], params["model"]),
+            jax.tree.map(lambda x: x[self.layer_slice(m)], params["layer"]))
+
   @property
   def layer_model_index(self) -> np.ndarray:
     """For each packed layer t, the index m of the model that owns it (shape T)."""

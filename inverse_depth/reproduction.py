@@ -475,6 +475,14 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
   report.save_figure(fig, path)
 
 
+def run_times_sentence(all_results: dict[str, dict], names) -> str:
+  """'Runs, with their training and evaluation time ...: NAME (M min), ...' for a report."""
+  return ("Runs, with their training and evaluation time (theory bounds and compilation not "
+          "counted): " + ", ".join(f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
+                                   if name in all_results else f"{name} (not run)"
+                                   for name in names) + ".")
+
+
 def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]], str]:
   """What a combined report reads: the results and metrics of each finished run in `names`,
   and ROOT/figures (created)."""
@@ -538,10 +546,7 @@ def write_combined_report(root: str) -> str:
   header = ["# Reproducing the paper: Tables 1-5", "",
             "Every number below comes from the runs under this directory (one experiment "
             "workdir each, with its own report.md); the paper's values are references, never "
-            "inputs. Runs, with their training and evaluation time (theory bounds and "
-            "compilation not counted): " + ", ".join(
-                f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
-                if name in all_results else f"{name} (not run)" for name, _ in RUNS) + ".", "",
+            "inputs. " + run_times_sentence(all_results, [name for name, _ in RUNS]), "",
             f"## Checks ({passed} of {len(checks)} pass)", ""]
   header += [f"- {'PASS' if ok else 'MISS'}: {text}" for ok, text in checks]
   path = os.path.join(root, "report.md")

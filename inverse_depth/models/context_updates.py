@@ -88,7 +88,5 @@ def first_layer_context_attention(params, batch: Batch, layout: GridLayout) -> j
 def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """f_l for every packed layer of every model of one seed: [T, B]."""
   return jnp.concatenate([
-      _model_layer_predictions(jax.tree.map(lambda x: x[m], params["model"]),
-                               jax.tree.map(lambda x: x[layout.layer_slice(m)], params["layer"]),
-                               batch, depth)
+      _model_layer_predictions(*layout.model_params(params, m), batch, depth)
       for m, depth in enumerate(layout.depths)])

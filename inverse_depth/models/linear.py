@@ -72,7 +72,5 @@ def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """f_l for every packed layer of every model of one seed: [T, B]."""
   moments = context_moments(batch)
   return jnp.concatenate([
-      _model_layer_predictions(jax.tree.map(lambda x: x[m], params["model"]),
-                               jax.tree.map(lambda x: x[layout.layer_slice(m)], params["layer"]),
-                               batch, moments, depth)
+      _model_layer_predictions(*layout.model_params(params, m), batch, moments, depth)
       for m, depth in enumerate(layout.depths)])

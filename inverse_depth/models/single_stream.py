@@ -48,9 +48,7 @@ def _model_forward(model, layers, batch: Batch, depth: int) -> tuple[jax.Array, 
 
 
 def _per_model(params, batch: Batch, layout: GridLayout) -> list[tuple[jax.Array, jax.Array]]:
-  return [_model_forward(jax.tree.map(lambda x: x[m], params["model"]),
-                         jax.tree.map(lambda x: x[layout.layer_slice(m)], params["layer"]),
-                         batch, depth)
+  return [_model_forward(*layout.model_params(params, m), batch, depth)
           for m, depth in enumerate(layout.depths)]
 
 
