@@ -353,6 +353,7 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
   the average of L one-layer models, for which the identity holds."""
   config = tiny.tiny_config()
   config.ensemble_control = True
+  config.outlier_factor = 1.0 + 1e-9  # barely trained members: above the bound, outliers
   results = experiment.run(config, str(tmp_path))
   joint = {(r["depth"], r["seed"]): r for r in results["runs"] if r["model"] == "softmax"}
   ensemble = {(r["depth"], r["seed"]): r for r in results["runs"]
@@ -363,6 +364,24 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
                                                              rel=1e-6)
   for r in ensemble.values():
     assert abs(r["identity_residual"]) <= 1e-9 * r["eval_loss"]
+  # Member m is packed layer m, judged on its own loss: members 0 and 1 have losses A_1 and
+  # 2 A_2 - A_1; a view lists exactly the outliers among its first L members.
+  deepest = max(config.depths)
+  outliers = [(seed, m) for seed in range(config.num_seeds)
+              for m in ensemble[(deepest, seed)]["outlier_members"]]
+  assert outliers
+  checked = 0
+  for seed, member in outliers:
+    A_1, A_2 = ensemble[(1, seed)]["A"], ensemble[(2, seed)]["A"]
+    if member["member"] < 2:
+      assert member["loss"] == pytest.approx((A_1, 2 * A_2 - A_1)[member["member"]], rel=1e-9)
+      checked += 1
+    assert member["loss"] > member["limit"]
+    for L in config.depths:
+      listed = [m["member"] for m in ensemble[(L, seed)]["outlier_members"]]
+      assert (member["member"] in listed) == (member["member"] < L)
+      assert ensemble[(L, seed)]["flagged"] == bool(listed)
+  assert checked
   assert "softmax-ensemble" in open(tmp_path / "report.md").read()
   with open(tmp_path / "metrics.jsonl") as f:
     widths = {(r["model"], len(r["val_loss"][0])) for r in map(json.loads, f)}
