@@ -304,6 +304,48 @@ def _ensemble_comparison(results: dict) -> list[str]:
   return lines
 
 
+def selection_records(results: dict | None) -> list[dict]:
+  """Clean softmax top-2 (0, 0) run records that carry selection-error percentiles."""
+  return [r for r in (results or {}).get("runs", [])
+          if r["model"] == "softmax" and (r["task"], r["k"], r["a"], r["b"]) == ("topk", 2, 0, 0)
+          and "selection_error_percentiles" in r and analysis.is_clean(r)]
+
+
+def selection_section(results: dict | None) -> list[str]:
+  """Percentiles over contexts of the selection error E_L = |pbar_L - p*|^2 (paper appendix
+  D.2), the shallowest against the deepest model, and their difference per percentile."""
+  lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
+  records = selection_records(results)
+  if not records:
+    return lines + ["Not available (no softmax (0, 0) grid with diagnostics in this run)."]
+  depths = sorted({r["depth"] for r in records})
+  shallow, deep = depths[0], depths[-1]
+  keys = sorted(records[0]["selection_error_percentiles"], key=float)
+  per = {L: np.mean([[r["selection_error_percentiles"][q] for q in keys]
+                     for r in records if r["depth"] == L], axis=0) for L in (shallow, deep)}
+  lines += [f"Percentiles over {records[0]['diagnostic_contexts']} evaluation contexts, means "
+            "over seeds.", "", f"| percentile | L={shallow} | L={deep} | L={deep} - L={shallow} |",
+            "|---|---|---|---|"]
+  for i, q in enumerate(keys):
+    lines.append(f"| {q} | {per[shallow][i]:.4f} | {per[deep][i]:.4f} | "
+                 f"{per[deep][i] - per[shallow][i]:+.4f} |")
+  return lines + ["", "![selection error](figures/selection_error.png)"]
+
+
+def plot_selection(results: dict, path: str) -> None:
+  """Selection-error percentiles per depth (softmax (0, 0)), means over seeds."""
+  records = selection_records(results)
+  fig, ax = plt.subplots(figsize=(5.5, 4))
+  keys = sorted(records[0]["selection_error_percentiles"], key=float) if records else []
+  for L in sorted({r["depth"] for r in records}):
+    values = np.mean([[r["selection_error_percentiles"][q] for q in keys]
+                      for r in records if r["depth"] == L], axis=0)
+    ax.plot([float(q) for q in keys], values, "o-", ms=3, label=f"L={L}")
+  ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
+  ax.legend(fontsize=7)
+  save_figure(fig, path)
+
+
 def _window_fits(results: dict, min_depths: int = 4) -> list[str]:
   """The depth fit again over L >= L_min, for grids with more than min_depths depths, with
   alpha free and with alpha held at the paper's 1."""
@@ -412,6 +454,9 @@ def write_report(workdir: str) -> str:
                 "divergence_loss; frozen at the last finite state):** "
                 + ", ".join(f"depth {e['depth']} seed {e['seed']} at step {e['step']}"
                             for e in fit["excluded_diverged"]) + "."]
+  if selection_records(results):
+    plot_selection(results, os.path.join(workdir, "figures", "selection_error.png"))
+    lines += [""] + selection_section(results)
   lines += ["", "## Figures", "", "![depth scaling](figures/depth_scaling.png)", "",
             "![decomposition](figures/decomposition.png)", ""]
   path = os.path.join(workdir, "report.md")

@@ -296,33 +296,6 @@ def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], 
   return lines, checks
 
 
-def _selection_records(results: dict | None) -> list[dict]:
-  """Clean softmax (0, 0) run records that carry selection-error percentiles."""
-  return [r for r in (results or {}).get("runs", [])
-          if r["model"] == "softmax" and (r["a"], r["b"]) == (0.0, 0.0)
-          and "selection_error_percentiles" in r and analysis.is_clean(r)]
-
-
-def selection_section(results: dict | None) -> list[str]:
-  lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
-  records = _selection_records(results)
-  if not records:
-    return lines + ["Not available (no softmax (0, 0) grid with diagnostics in table1)."]
-  depths = sorted({r["depth"] for r in records})
-  shallow, deep = depths[0], depths[-1]
-  per = {L: np.mean([[r["selection_error_percentiles"][q] for q in sorted(
-      r["selection_error_percentiles"], key=float)] for r in records if r["depth"] == L], axis=0)
-         for L in (shallow, deep)}
-  keys = sorted(records[0]["selection_error_percentiles"], key=float)
-  lines += [f"Percentiles over {records[0]['diagnostic_contexts']} evaluation contexts, means "
-            "over seeds.", "", f"| percentile | L={shallow} | L={deep} | L={deep} - L={shallow} |",
-            "|---|---|---|---|"]
-  for i, q in enumerate(keys):
-    lines.append(f"| {q} | {per[shallow][i]:.4f} | {per[deep][i]:.4f} | "
-                 f"{per[deep][i] - per[shallow][i]:+.4f} |")
-  return lines + ["", "![selection error](figures/selection_error.png)"]
-
-
 # --- figures ----------------------------------------------------------------------------------
 
 
@@ -438,21 +411,6 @@ def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
   report.save_figure(fig, path)
 
 
-def plot_selection(results: dict, path: str) -> None:
-  """Selection-error percentiles, L = 1 against the deepest model (softmax (0, 0))."""
-  records = _selection_records(results)
-  fig, ax = plt.subplots(figsize=(5.5, 4))
-  depths = sorted({r["depth"] for r in records})
-  for L in depths:
-    at = [r for r in records if r["depth"] == L]
-    keys = sorted(at[0]["selection_error_percentiles"], key=float)
-    values = np.mean([[r["selection_error_percentiles"][q] for q in keys] for r in at], axis=0)
-    ax.plot([float(q) for q in keys], values, "o-", ms=3, label=f"L={L}")
-  ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
-  ax.legend(fontsize=7)
-  report.save_figure(fig, path)
-
-
 def plot_training_curves(name: str, metrics: list[dict], results: dict, path: str) -> None:
   """Validation loss against step, a line per depth (mean over seeds), a panel per grid."""
   grids = sorted({(m["model"], m["a"], m["b"]) for m in metrics})
@@ -508,14 +466,14 @@ def write_combined_report(root: str) -> str:
     sections += [""] + lines
     checks += found
   sections += ([""] + table4_section([all_results.get("table4"), all_results.get("table4_top16")])
-               + [""] + table5_section(table1) + [""] + selection_section(table1))
+               + [""] + table5_section(table1) + [""] + report.selection_section(table1))
   if all_results:
     plot_overview(all_results, os.path.join(figures, "overview.png"))
   figure_lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]
   if table1:
     plot_table1(table1, os.path.join(figures, "table1_depth.png"))
     plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
-    plot_selection(table1, os.path.join(figures, "selection_error.png"))
+    report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
     figure_lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear "
                      "theory floor; dotted: best mixture):", "",
                      "![table 1](figures/table1_depth.png)", "",

@@ -94,6 +94,11 @@ def test_combined_report(reproduction_root):
 def test_derived_configs_run_end_to_end(name, tmp_path):
   results = experiment.run(tiny.shrunk(_config(name)), str(tmp_path))
   assert {f["model"] for f in results["fits"]} == {"softmax"}
+  if name == "selection":  # its own report tables the percentiles, L = 1 against the deepest
+    text = (tmp_path / "report.md").read_text()
+    rows = text.split("## Selection error")[1].split("![selection error]")[0]
+    assert rows.count("\n| ") == 1 + 9  # header and the nine percentiles
+    assert (tmp_path / "figures" / "selection_error.png").is_file()
 
 
 def test_reproduce_entrypoint_runs_the_chosen_runs_and_writes_the_report(tmp_path, monkeypatch,
