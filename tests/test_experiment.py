@@ -117,7 +117,8 @@ def test_report_has_depth_table(experiment_run):
   assert "| depth | R_L" in text
   for model in MODELS:
     assert f"## {model}, top-{config.k}" in text
-  table_rows = [line for line in text.splitlines() if line.startswith("| ")]
+  depth_tables = text.split("## Selection error")[0]  # its rows are percentiles, not depths
+  table_rows = [line for line in depth_tables.splitlines() if line.startswith("| ")]
   scored = [model for model in MODELS if model in models.FIXED_INPUT_SCORING]
   for depth in config.depths:
     # One row per depth in each grid's table, and in its scoring-geometry table.
