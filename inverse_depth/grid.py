@@ -15,7 +15,7 @@ Initialisation of one model depends only on (root key, seed, depth, member;
 `model_key`), never on the rest of the grid, so a model trained inside a grid
 equals the same model trained alone.
 
-Array names end in their axes, in this order of letters: S replicates, M models,
+Array names end in the letters of their axes: S replicates, M models,
 T packed layers, V reported views (a model, or the first L members of an ensemble),
 B contexts of a batch, E evaluation contexts, P context tokens, K the k tokens that
 make the target, N hidden width, D input dimension d, R polynomial degree
