@@ -311,6 +311,14 @@ def selection_records(results: dict | None) -> list[dict]:
           and "selection_error_percentiles" in r and analysis.is_clean(r)]
 
 
+def _selection_percentiles(records: list[dict]) -> tuple[list[str], dict[int, np.ndarray]]:
+  """The percentile keys of `selection_records` and, per depth, the mean over seeds of each."""
+  keys = sorted(records[0]["selection_error_percentiles"], key=float) if records else []
+  return keys, {L: np.mean([[r["selection_error_percentiles"][q] for q in keys]
+                            for r in records if r["depth"] == L], axis=0)
+                for L in sorted({r["depth"] for r in records})}
+
+
 def selection_section(results: dict | None) -> list[str]:
   """Percentiles over contexts of the selection error E_L = |pbar_L - p*|^2 (paper appendix
   D.2), the shallowest against the deepest model, and their difference per percentile."""
@@ -318,11 +326,8 @@ def selection_section(results: dict | None) -> list[str]:
   records = selection_records(results)
   if not records:
     return lines + ["Not available (no softmax (0, 0) grid with diagnostics in this run)."]
-  depths = sorted({r["depth"] for r in records})
-  shallow, deep = depths[0], depths[-1]
-  keys = sorted(records[0]["selection_error_percentiles"], key=float)
-  per = {L: np.mean([[r["selection_error_percentiles"][q] for q in keys]
-                     for r in records if r["depth"] == L], axis=0) for L in (shallow, deep)}
+  keys, per = _selection_percentiles(records)
+  shallow, deep = min(per), max(per)
   lines += [f"Percentiles over {records[0]['diagnostic_contexts']} evaluation contexts, means "
             "over seeds.", "", f"| percentile | L={shallow} | L={deep} | L={deep} - L={shallow} |",
             "|---|---|---|---|"]
@@ -334,12 +339,9 @@ def selection_section(results: dict | None) -> list[str]:
 
 def plot_selection(results: dict, path: str) -> None:
   """Selection-error percentiles per depth (softmax (0, 0)), means over seeds."""
-  records = selection_records(results)
+  keys, per = _selection_percentiles(selection_records(results))
   fig, ax = plt.subplots(figsize=(5.5, 4))
-  keys = sorted(records[0]["selection_error_percentiles"], key=float) if records else []
-  for L in sorted({r["depth"] for r in records}):
-    values = np.mean([[r["selection_error_percentiles"][q] for q in keys]
-                      for r in records if r["depth"] == L], axis=0)
+  for L, values in per.items():
     ax.plot([float(q) for q in keys], values, "o-", ms=3, label=f"L={L}")
   ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
   ax.legend(fontsize=7)
