@@ -167,21 +167,17 @@ class GridEvaluator:
     """Run-record fields of the kind's diagnostics for one view of one seed (`members`: the
     grid models the view is made of; the first layer's S_1 is the first member's)."""
     fields = {}
+    replicate_params = jax.tree.map(lambda x: np.asarray(x[replicate]), params)
+    member_params = [self.trainer.layout.model_params(replicate_params, member)
+                     for member in members]  # (model leaves, layer leaves [depth, ...])
     if M_PROFILE in self.diagnostic_names:  # the learned context step m of each member
-      fields["m"] = float(params["model"]["m"][replicate, members].mean())
-      fields["m_effective"] = float(np.mean([diagnostics.effective_context_step(
-          jax.tree.map(lambda x: x[replicate, member], params["model"]))
-          for member in members]))
+      fields["m"] = float(np.mean([model["m"] for model, _ in member_params]))
+      fields["m_effective"] = float(np.mean([diagnostics.effective_context_step(model)
+                                             for model, _ in member_params]))
     if SCORING_GEOMETRY in self.diagnostic_names:  # from the parameters alone
-      model_params, layer_params = params["model"], params["layer"]
-      layers = []
-      for member in members:
-        W_x_ND = np.asarray(model_params["W_x"][replicate, member])
-        packed = self.trainer.layout.layer_slice(member)
-        layers += [(W_x_ND, np.asarray(layer_params["W_q"][replicate, t]),
-                    np.asarray(layer_params["W_k"][replicate, t]))
-                   for t in range(packed.start, packed.stop)]
-      fields.update(diagnostics.scoring_geometry(layers))
+      fields.update(diagnostics.scoring_geometry([
+          (model["W_x"], W_q, W_k)
+          for model, layers in member_params for W_q, W_k in zip(layers["W_q"], layers["W_k"])]))
     if not found["contexts"]:  # diagnostic_size = 0: nothing else was computed
       return fields
     if MODEWISE in self.diagnostic_names:
