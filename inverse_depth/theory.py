@@ -14,8 +14,9 @@ estimate with Phi = [S q, ..., S^L q] is the floor at that P (`context_floor`).
 
 Softmax bound: one attention layer that weights the context tokens by
 p = softmax_i(tau cos(x_i, x_test)) and predicts g p.y; the best (tau, g), and
-the best nonnegative mixture sum_j w_j p_{tau_j}.y over a temperature grid, also
-by Monte Carlo over contexts drawn as in training.
+the best nonnegative mixture sum_j w_j p_{tau_j}.y over a temperature grid, and the best
+such mixture of at most L temperatures (what L cosine-ranking layers could average to at
+best: `sparse_mixture_losses`), also by Monte Carlo over contexts drawn as in training.
 
 Linear easy task (P -> infinity): a covariance polynomial p acts on eigenvalue lam_k through
 the residual r(lam) = 1 - lam p(lam), with risk R = sum_k omega_k lam_k r(lam_k)^2
@@ -30,6 +31,7 @@ Monte Carlo chunk i of every estimator here uses the key fold_in(key, i).
 """
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -148,9 +150,40 @@ def _softmax_readouts(x_context_BPD: jax.Array, y_context_BP: jax.Array, x_test_
   return jax.lax.map(readout_B, temperatures_J, batch_size=8).T
 
 
+def sparse_mixture_losses(readouts_NJ: np.ndarray, target_N: np.ndarray,
+                          max_components: int) -> list[dict]:
+  """Best nonnegative mixture of at most L of the J readouts, L = 1..max_components:
+
+    R_L = min_{w >= 0, |supp w| <= L} mean_n (sum_j w_j m_nj - y_n)^2.
+
+  Exhaustive over supports S: the nonnegative optimum on S is the unconstrained least-squares
+  solution on its own support S' (a subset of S), so R_L is the least T - h_S^T G_SS^-1 h_S
+  over the |S| <= L whose solution G_SS^-1 h_S is nonnegative (G = m^T m / n, h = m^T y / n,
+  T = y^T y / n). Returns one dict(loss, indices, weights) per L (empty indices when no
+  nonnegative mixture beats w = 0, whose loss is T); in-sample, like `softmax_bound`'s mixture.
+  """
+  n, J = readouts_NJ.shape
+  gram_JJ = readouts_NJ.T @ readouts_NJ / n
+  cross_J = readouts_NJ.T @ target_N / n
+  target_second_moment = float(target_N @ target_N / n)
+  found, best = [], dict(loss=target_second_moment, indices=[], weights=[])  # w = 0
+  for size in range(1, min(max_components, J) + 1):
+    supports_CS = np.array(list(itertools.combinations(range(J), size)))
+    weights_CS = np.linalg.solve(gram_JJ[supports_CS[:, :, None], supports_CS[:, None, :]],
+                                 cross_J[supports_CS][..., None])[..., 0]
+    losses_C = target_second_moment - np.einsum("cs,cs->c", cross_J[supports_CS], weights_CS)
+    losses_C[~np.all(weights_CS >= 0, axis=1)] = np.inf
+    c = int(np.argmin(losses_C))
+    if losses_C[c] < best["loss"]:
+      best = dict(loss=float(losses_C[c]), indices=supports_CS[c].tolist(),
+                  weights=weights_CS[c].tolist())
+    found.append(dict(best))
+  return found + [dict(best) for _ in range(max_components - len(found))]  # L > J: R_L = R_J
+
+
 def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
                   num_samples: int = 200_000, task: str = "topk", temperatures=None,
-                  chunk_size: int = 10_000) -> dict:
+                  chunk_size: int = 10_000, max_mixture_layers: int = 3) -> dict:
   """Monte Carlo loss of the best single cosine-softmax attention layer and of the
   best nonnegative mixture of such layers over a temperature grid.
 
@@ -162,9 +195,13 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
   mixture <= single whenever the single gain is >= 0). The *_se entries are
   std / sqrt(n) of the per-context squared errors; difference_se is the paired one
   of e_single^2 - e_mixture^2. Default grid: DEFAULT_TEMPERATURES (geomspace(1, 200, 48)).
+  mixture_by_layers[L - 1] is the best nonnegative mixture of at most L grid temperatures
+  (`sparse_mixture_losses`), with its temperatures and the paired standard error of its
+  excess over the full mixture, for L = 1..max_mixture_layers.
 
   Returns dict(single, single_se, temperature, gain, mixture, mixture_se, weights,
-  difference, difference_se, temperatures, num_samples, target_second_moment).
+  difference, difference_se, mixture_by_layers, temperatures, num_samples,
+  target_second_moment).
   """
   temperatures_J = np.asarray(DEFAULT_TEMPERATURES if temperatures is None else temperatures,
                               np.float64).reshape(-1)
@@ -192,12 +229,20 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
   mixture_error2_N = (m_NJ @ weights_J - target_N) ** 2
 
   single, mixture = float(single_error2_N.mean()), float(mixture_error2_N.mean())
+  mixture_by_layers = []
+  for sparse in sparse_mixture_losses(m_NJ, target_N, max_mixture_layers):
+    prediction_N = m_NJ[:, sparse["indices"]] @ np.asarray(sparse["weights"], np.float64)
+    sparse_error2_N = (prediction_N - target_N) ** 2
+    mixture_by_layers.append(dict(
+        loss=float(sparse_error2_N.mean()), temperatures=temperatures_J[sparse["indices"]].tolist(),
+        weights=sparse["weights"], excess=float(sparse_error2_N.mean()) - mixture,
+        excess_se=standard_error(sparse_error2_N - mixture_error2_N)))
   return dict(single=single, single_se=standard_error(single_error2_N),
               temperature=float(temperatures_J[best]), gain=float(gain),
               mixture=mixture, mixture_se=standard_error(mixture_error2_N),
               weights=weights_J.tolist(), difference=single - mixture,
               difference_se=standard_error(single_error2_N - mixture_error2_N),
-              temperatures=temperatures_J.tolist(), num_samples=n,
+              mixture_by_layers=mixture_by_layers, temperatures=temperatures_J.tolist(), num_samples=n,
               target_second_moment=target_second_moment)
 
 

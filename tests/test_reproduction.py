@@ -2,12 +2,13 @@
 the combined reproduction report is written from the runs' results alone."""
 
 import importlib
+import json
 import os
 
 import pytest
 
 from experiments.configs import tables
-from inverse_depth import config as config_lib, experiment, reproduction
+from inverse_depth import config as config_lib, experiment, report, reproduction
 from inverse_depth.config import ConfigError
 from tests import tiny
 
@@ -134,3 +135,33 @@ def test_column_labels_follow_the_grid_layout():
   assert reproduction.column_labels(config, "linear") == ["L=1", "L=2"]
   assert reproduction.column_labels(config, "softmax-ensemble") == [
       "member 1", "member 2", "member 3", "member 4"]
+
+
+def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(tmp_path,
+                                                                                capsys):
+  """experiments.cosine_mixtures with few contexts: one row per Table 1 spectrum with the
+  at-most-L losses falling in L, and the report's verdict follows the numbers (a large
+  excess of the two-layer mixture turns it into 'more than two layers still help')."""
+  from absl import flags
+  from experiments import cosine_mixtures
+  flags.FLAGS(["cosine_mixtures", f"--workdir={tmp_path}", "--num_samples=300"])
+  try:
+    cosine_mixtures.main([])
+  finally:
+    flags.FLAGS.unparse_flags()
+  assert "Report:" in capsys.readouterr().out
+  with open(tmp_path / "results.json") as f:
+    results = json.load(f)
+  assert len(results["bounds"]) == len(tables.TABLE1_SPECTRA)
+  for bound in results["bounds"]:
+    losses = [entry["loss"] for entry in bound["mixture_by_layers"]]
+    assert len(losses) == 3 and losses[0] == pytest.approx(bound["single"])
+    assert losses[0] >= losses[1] >= losses[2] >= bound["mixture"] - 1e-9
+  rows = [line for line in (tmp_path / "report.md").read_text().splitlines()
+          if line.startswith("| (") and not line.startswith("| (a, b)")]
+  assert len(rows) == len(tables.TABLE1_SPECTRA)
+
+  results["bounds"][0]["mixture_by_layers"][1].update(excess=0.5, excess_se=0.01)
+  (tmp_path / "results.json").write_text(json.dumps(results))
+  verdict = open(report.write_cosine_mixture_report(str(tmp_path))).read()
+  assert "For 1 of 7 spectra" in verdict and "still help" in verdict

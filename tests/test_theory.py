@@ -6,12 +6,14 @@ sizes shared across tests let them share compilations.
 """
 
 import decimal
+import itertools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.optimize
 import scipy.special
 
 from inverse_depth import tasks, theory
@@ -47,6 +49,42 @@ def test_softmax_bound_one_temperature_mixture_is_single():
   assert result["weights"] == pytest.approx([result["gain"]], rel=1e-9)
   assert result["mixture"] == pytest.approx(result["single"], rel=1e-9)
   assert result["difference"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_sparse_mixture_losses_match_nnls_on_every_support():
+  """R_L (at most L nonnegative components) equals the least scipy NNLS loss over every
+  support of size <= L; with L = J it is the full NNLS mixture."""
+  rng = np.random.default_rng(0)
+  readouts_NJ = rng.normal(size=(200, 5)) + rng.normal(size=(200, 1))
+  target_N = readouts_NJ @ np.array([0.7, -0.4, 0.0, 0.5, 0.2]) + 0.3 * rng.normal(size=200)
+
+  def nnls_loss(support):
+    weights, _ = scipy.optimize.nnls(readouts_NJ[:, support], target_N)
+    return np.mean((readouts_NJ[:, support] @ weights - target_N) ** 2)
+
+  found = theory.sparse_mixture_losses(readouts_NJ, target_N, max_components=5)
+  for size, best in enumerate(found, start=1):
+    brute = min(nnls_loss(list(support)) for s in range(1, size + 1)
+                for support in itertools.combinations(range(5), s))
+    assert best["loss"] == pytest.approx(brute, rel=1e-9)
+    assert len(best["indices"]) <= size and min(best["weights"]) >= 0
+  assert found[0]["loss"] > found[2]["loss"]  # more components can help here
+  assert found[-1]["loss"] == pytest.approx(nnls_loss(list(range(5))), rel=1e-9)
+
+
+def test_softmax_bound_mixture_by_layers_runs_from_single_to_mixture():
+  """One component is the single layer; the losses fall with L and stay above the full
+  mixture on the same contexts (excess >= 0)."""
+  result = _bound(2000, a=0.5)
+  by_layers = result["mixture_by_layers"]
+  assert len(by_layers) == 3
+  assert by_layers[0]["loss"] == pytest.approx(result["single"], rel=1e-9)
+  assert by_layers[0]["temperatures"] == [result["temperature"]]
+  losses = [entry["loss"] for entry in by_layers]
+  assert all(later <= earlier + 1e-12 for earlier, later in zip(losses, losses[1:]))
+  for entry in by_layers:
+    assert entry["excess"] == pytest.approx(entry["loss"] - result["mixture"], abs=1e-9)
+    assert entry["excess"] >= -1e-9
 
 
 def test_softmax_bound_single_matches_brute_force():
