@@ -14,9 +14,10 @@ estimate with Phi = [S q, ..., S^L q] is the floor at that P (`context_floor`).
 
 Softmax bound: one attention layer that weights the context tokens by
 p = softmax_i(tau cos(x_i, x_test)) and predicts g p.y; the best (tau, g), and
-the best nonnegative mixture sum_j w_j p_{tau_j}.y over a temperature grid, and the best
-such mixture of at most L temperatures (what L cosine-ranking layers could average to at
-best: `sparse_mixture_losses`), also by Monte Carlo over contexts drawn as in training.
+the best nonnegative mixture sum_j w_j p_{tau_j}.y over a temperature grid, and by depth L
+the best equal-weight average of L such layers with one gain (the controlled model with
+cosine-scoring layers: `equal_weight_averages`) and the best mixture of at most L of them
+(free gains: `sparse_mixture_losses`), also by Monte Carlo over contexts drawn as in training.
 
 Linear easy task (P -> infinity): a covariance polynomial p acts on eigenvalue lam_k through
 the residual r(lam) = 1 - lam p(lam), with risk R = sum_k omega_k lam_k r(lam_k)^2
@@ -150,22 +151,29 @@ def _softmax_readouts(x_context_BPD: jax.Array, y_context_BP: jax.Array, x_test_
   return jax.lax.map(readout_B, temperatures_J, batch_size=8).T
 
 
+def _moments(readouts_NJ: np.ndarray, target_N: np.ndarray):
+  """G = m^T m / n (J x J), h = m^T y / n (J), T = y^T y / n: every least-squares loss below
+  is a function of these."""
+  n = len(target_N)
+  return (readouts_NJ.T @ readouts_NJ / n, readouts_NJ.T @ target_N / n,
+          float(target_N @ target_N / n))
+
+
 def sparse_mixture_losses(readouts_NJ: np.ndarray, target_N: np.ndarray,
                           max_components: int) -> list[dict]:
   """Best nonnegative mixture of at most L of the J readouts, L = 1..max_components:
 
-    R_L = min_{w >= 0, |supp w| <= L} mean_n (sum_j w_j m_nj - y_n)^2.
+    R_L = min_{w >= 0, |supp w| <= L} mean_n (sum_j w_j m_nj - y_n)^2
 
-  Exhaustive over supports S: the nonnegative optimum on S is the unconstrained least-squares
-  solution on its own support S' (a subset of S), so R_L is the least T - h_S^T G_SS^-1 h_S
-  over the |S| <= L whose solution G_SS^-1 h_S is nonnegative (G = m^T m / n, h = m^T y / n,
-  T = y^T y / n). Returns one dict(loss, indices, weights) per L (empty indices when no
-  nonnegative mixture beats w = 0, whose loss is T); in-sample, like `softmax_bound`'s mixture.
+  (L layers with free nonnegative gains). Exhaustive over supports S: the nonnegative optimum
+  on S is the unconstrained least-squares solution on its own support S' (a subset of S), so
+  R_L is the least T - h_S^T G_SS^-1 h_S over the |S| <= L whose solution G_SS^-1 h_S is
+  nonnegative (`_moments`). Returns one dict(loss, indices, weights) per L (empty indices
+  when no nonnegative mixture beats w = 0, whose loss is T); in-sample, like
+  `softmax_bound`'s mixture.
   """
-  n, J = readouts_NJ.shape
-  gram_JJ = readouts_NJ.T @ readouts_NJ / n
-  cross_J = readouts_NJ.T @ target_N / n
-  target_second_moment = float(target_N @ target_N / n)
+  gram_JJ, cross_J, target_second_moment = _moments(readouts_NJ, target_N)
+  J = len(cross_J)
   found, best = [], dict(loss=target_second_moment, indices=[], weights=[])  # w = 0
   for size in range(1, min(max_components, J) + 1):
     supports_CS = np.array(list(itertools.combinations(range(J), size)))
@@ -181,9 +189,33 @@ def sparse_mixture_losses(readouts_NJ: np.ndarray, target_N: np.ndarray,
   return found + [dict(best) for _ in range(max_components - len(found))]  # L > J: R_L = R_J
 
 
+def equal_weight_averages(readouts_NJ: np.ndarray, target_N: np.ndarray,
+                          max_layers: int) -> list[dict]:
+  """Best average of L readouts (repeats allowed) with one shared gain, L = 1..max_layers:
+
+    R_L = min_{j_1..j_L, g} mean_n (g (1/L) sum_l m_{n j_l} - y_n)^2 = T - (h.u)^2 / (u^T G u),
+
+  u = (1/L) sum_l e_{j_l} (`_moments`). This is the controlled softmax model,
+  y_hat = g (1/L) sum_l p_l . y with one g = W_o W_v W_y, when every layer scores by cosine at
+  a grid temperature. Exhaustive over the C(J + L - 1, L) multisets. Returns one
+  dict(loss, indices, weights) per L, indices with repeats and every weight g / L.
+  """
+  gram_JJ, cross_J, target_second_moment = _moments(readouts_NJ, target_N)
+  found = []
+  for L in range(1, max_layers + 1):
+    multisets_CL = np.array(list(itertools.combinations_with_replacement(range(len(cross_J)), L)))
+    second_moment_C = gram_JJ[multisets_CL[:, :, None], multisets_CL[:, None, :]].sum((1, 2)) / L**2
+    cross_C = cross_J[multisets_CL].sum(1) / L
+    c = int(np.argmin(target_second_moment - cross_C ** 2 / second_moment_C))
+    gain = cross_C[c] / second_moment_C[c]
+    found.append(dict(loss=float(target_second_moment - cross_C[c] * gain),
+                      indices=multisets_CL[c].tolist(), weights=[float(gain / L)] * L))
+  return found
+
+
 def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
                   num_samples: int = 200_000, task: str = "topk", temperatures=None,
-                  chunk_size: int = 10_000, max_mixture_layers: int = 3) -> dict:
+                  chunk_size: int = 10_000, max_layers: int = 3) -> dict:
   """Monte Carlo loss of the best single cosine-softmax attention layer and of the
   best nonnegative mixture of such layers over a temperature grid.
 
@@ -195,13 +227,15 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
   mixture <= single whenever the single gain is >= 0). The *_se entries are
   std / sqrt(n) of the per-context squared errors; difference_se is the paired one
   of e_single^2 - e_mixture^2. Default grid: DEFAULT_TEMPERATURES (geomspace(1, 200, 48)).
-  mixture_by_layers[L - 1] is the best nonnegative mixture of at most L grid temperatures
-  (`sparse_mixture_losses`), with its temperatures and the paired standard error of its
-  excess over the full mixture, for L = 1..max_mixture_layers.
+  By depth, for L = 1..max_layers: average_by_layers[L - 1], the best equal-weight average
+  of L grid temperatures with one gain (the controlled model with cosine-scoring layers:
+  `equal_weight_averages`), and mixture_by_layers[L - 1], the best nonnegative mixture of at
+  most L (free gains: `sparse_mixture_losses`); each dict(loss, temperatures, weights,
+  excess, excess_se), excess over the full mixture with its paired standard error.
 
   Returns dict(single, single_se, temperature, gain, mixture, mixture_se, weights,
-  difference, difference_se, mixture_by_layers, temperatures, num_samples,
-  target_second_moment).
+  difference, difference_se, average_by_layers, mixture_by_layers, temperatures,
+  num_samples, target_second_moment).
   """
   temperatures_J = np.asarray(DEFAULT_TEMPERATURES if temperatures is None else temperatures,
                               np.float64).reshape(-1)
@@ -227,22 +261,28 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
 
   weights_J, _ = scipy.optimize.nnls(m_NJ, target_N, maxiter=50 * m_NJ.shape[1])
   mixture_error2_N = (m_NJ @ weights_J - target_N) ** 2
-
   single, mixture = float(single_error2_N.mean()), float(mixture_error2_N.mean())
-  mixture_by_layers = []
-  for sparse in sparse_mixture_losses(m_NJ, target_N, max_mixture_layers):
-    prediction_N = m_NJ[:, sparse["indices"]] @ np.asarray(sparse["weights"], np.float64)
-    sparse_error2_N = (prediction_N - target_N) ** 2
-    mixture_by_layers.append(dict(
-        loss=float(sparse_error2_N.mean()), temperatures=temperatures_J[sparse["indices"]].tolist(),
-        weights=sparse["weights"], excess=float(sparse_error2_N.mean()) - mixture,
-        excess_se=standard_error(sparse_error2_N - mixture_error2_N)))
+
+  def beside_mixture(candidates: list[dict]) -> list[dict]:
+    """Each candidate's loss on the contexts, and its excess over the full mixture."""
+    entries = []
+    for candidate in candidates:
+      error2_N = (m_NJ[:, candidate["indices"]] @ np.asarray(candidate["weights"], np.float64)
+                  - target_N) ** 2
+      entries.append(dict(loss=float(error2_N.mean()),
+                          temperatures=temperatures_J[candidate["indices"]].tolist(),
+                          weights=candidate["weights"], excess=float(error2_N.mean()) - mixture,
+                          excess_se=standard_error(error2_N - mixture_error2_N)))
+    return entries
+
   return dict(single=single, single_se=standard_error(single_error2_N),
               temperature=float(temperatures_J[best]), gain=float(gain),
               mixture=mixture, mixture_se=standard_error(mixture_error2_N),
               weights=weights_J.tolist(), difference=single - mixture,
               difference_se=standard_error(single_error2_N - mixture_error2_N),
-              mixture_by_layers=mixture_by_layers, temperatures=temperatures_J.tolist(), num_samples=n,
+              average_by_layers=beside_mixture(equal_weight_averages(m_NJ, target_N, max_layers)),
+              mixture_by_layers=beside_mixture(sparse_mixture_losses(m_NJ, target_N, max_layers)),
+              temperatures=temperatures_J.tolist(), num_samples=n,
               target_second_moment=target_second_moment)
 
 

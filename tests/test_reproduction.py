@@ -139,12 +139,14 @@ def test_column_labels_follow_the_grid_layout():
 
 def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(tmp_path,
                                                                                 capsys):
-  """experiments.cosine_mixtures with few contexts: one row per Table 1 spectrum with the
-  at-most-L losses falling in L, and the report's verdict follows the numbers (a large
-  excess of the two-layer mixture turns it into 'more than two layers still help')."""
+  """experiments.cosine_mixtures with few contexts: one row per Table 1 spectrum in each of
+  the two depth tables, both starting at the single layer, the free-gain mixtures falling in
+  L and never above the equal-weight averages; the report's verdict follows the numbers (a
+  spectrum whose depth-L optima all stay far above the full mixture turns it)."""
   from absl import flags
   from experiments import cosine_mixtures
-  flags.FLAGS(["cosine_mixtures", f"--workdir={tmp_path}", "--num_samples=300"])
+  flags.FLAGS(["cosine_mixtures", f"--workdir={tmp_path}", "--num_samples=300",
+               "--max_layers=3"])
   try:
     cosine_mixtures.main([])
   finally:
@@ -154,14 +156,20 @@ def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(
     results = json.load(f)
   assert len(results["bounds"]) == len(tables.TABLE1_SPECTRA)
   for bound in results["bounds"]:
-    losses = [entry["loss"] for entry in bound["mixture_by_layers"]]
-    assert len(losses) == 3 and losses[0] == pytest.approx(bound["single"])
-    assert losses[0] >= losses[1] >= losses[2] >= bound["mixture"] - 1e-9
-  rows = [line for line in (tmp_path / "report.md").read_text().splitlines()
+    averages = [entry["loss"] for entry in bound["average_by_layers"]]
+    mixtures = [entry["loss"] for entry in bound["mixture_by_layers"]]
+    assert len(averages) == len(mixtures) == 3
+    assert averages[0] == pytest.approx(bound["single"]) == mixtures[0]
+    assert mixtures[0] >= mixtures[1] >= mixtures[2] >= bound["mixture"] - 1e-9
+    assert all(m <= a + 1e-9 for a, m in zip(averages, mixtures))
+  text = (tmp_path / "report.md").read_text()
+  rows = [line for line in text.splitlines()
           if line.startswith("| (") and not line.startswith("| (a, b)")]
-  assert len(rows) == len(tables.TABLE1_SPECTRA)
+  assert len(rows) == 2 * len(tables.TABLE1_SPECTRA)
+  assert "still above" not in text
 
-  results["bounds"][0]["mixture_by_layers"][1].update(excess=0.5, excess_se=0.01)
+  for entry in results["bounds"][0]["mixture_by_layers"]:
+    entry.update(excess=0.5, excess_se=0.01)
   (tmp_path / "results.json").write_text(json.dumps(results))
   verdict = open(report.write_cosine_mixture_report(str(tmp_path))).read()
-  assert "For 1 of 7 spectra" in verdict and "still help" in verdict
+  assert verdict.count("For 1 of 7 spectra it is still above the full mixture at L = 3") == 1

@@ -72,19 +72,48 @@ def test_sparse_mixture_losses_match_nnls_on_every_support():
   assert found[-1]["loss"] == pytest.approx(nnls_loss(list(range(5))), rel=1e-9)
 
 
-def test_softmax_bound_mixture_by_layers_runs_from_single_to_mixture():
-  """One component is the single layer; the losses fall with L and stay above the full
-  mixture on the same contexts (excess >= 0)."""
+def test_equal_weight_averages_match_direct_enumeration():
+  """R_L equals the least loss of g (1/L) sum_l m_{j_l} over every multiset, with the gain
+  fitted by least squares on the explicit average; repeating each of L layers twice cannot
+  lose (R_2L <= R_L)."""
+  rng = np.random.default_rng(1)
+  readouts_NJ = rng.normal(size=(300, 6)) + rng.normal(size=(300, 1))
+  target_N = readouts_NJ @ np.array([0.9, 0.0, 0.6, -0.2, 0.0, 0.3]) + 0.2 * rng.normal(size=300)
+
+  def direct_loss(multiset):
+    average_N = readouts_NJ[:, list(multiset)].mean(axis=1)
+    gain = (average_N @ target_N) / (average_N @ average_N)
+    return np.mean((gain * average_N - target_N) ** 2)
+
+  found = theory.equal_weight_averages(readouts_NJ, target_N, max_layers=4)
+  for L, best in enumerate(found, start=1):
+    brute = min(direct_loss(multiset)
+                for multiset in itertools.combinations_with_replacement(range(6), L))
+    assert best["loss"] == pytest.approx(brute, rel=1e-9)
+    assert len(best["indices"]) == L and len(set(best["weights"])) == 1
+    assert direct_loss(best["indices"]) == pytest.approx(best["loss"], rel=1e-9)
+  assert found[1]["loss"] <= found[0]["loss"] + 1e-12
+  assert found[3]["loss"] <= found[1]["loss"] + 1e-12
+  assert found[0]["loss"] > found[2]["loss"]  # averaging helps on this problem
+
+
+def test_softmax_bound_by_layers_runs_from_single_to_mixture():
+  """At L = 1 both depth curves are the single layer; the free-gain mixture falls with L;
+  the equal-weight average (a special mixture, gain > 0 here) never beats it; both stay at
+  or above the full mixture on the same contexts (excess >= 0)."""
   result = _bound(2000, a=0.5)
-  by_layers = result["mixture_by_layers"]
-  assert len(by_layers) == 3
-  assert by_layers[0]["loss"] == pytest.approx(result["single"], rel=1e-9)
-  assert by_layers[0]["temperatures"] == [result["temperature"]]
-  losses = [entry["loss"] for entry in by_layers]
+  averages, mixtures = result["average_by_layers"], result["mixture_by_layers"]
+  assert len(averages) == len(mixtures) == 3
+  for by_layers in (averages, mixtures):
+    assert by_layers[0]["loss"] == pytest.approx(result["single"], rel=1e-9)
+    assert by_layers[0]["temperatures"] == [result["temperature"]]
+    for entry in by_layers:
+      assert entry["excess"] == pytest.approx(entry["loss"] - result["mixture"], abs=1e-9)
+      assert entry["excess"] >= -1e-9
+  losses = [entry["loss"] for entry in mixtures]
   assert all(later <= earlier + 1e-12 for earlier, later in zip(losses, losses[1:]))
-  for entry in by_layers:
-    assert entry["excess"] == pytest.approx(entry["loss"] - result["mixture"], abs=1e-9)
-    assert entry["excess"] >= -1e-9
+  for average, mixture in zip(averages, mixtures):
+    assert average["loss"] >= mixture["loss"] - 1e-9
 
 
 def test_softmax_bound_single_matches_brute_force():
