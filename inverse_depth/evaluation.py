@@ -162,22 +162,26 @@ class GridEvaluator:
     return (np.concatenate(preds, axis=-1), np.concatenate(targets),
             np.concatenate(mean_labels), found)
 
+  def _member_params(self, params, replicate: int, members: list[int]) -> list[tuple]:
+    """(model leaves, layer leaves [depth, ...]) of each member of one replicate, in numpy."""
+    replicate_params = jax.tree.map(lambda x: np.asarray(x[replicate]), params)
+    return [self.trainer.layout.model_params(replicate_params, member) for member in members]
+
   def diagnostic_fields(self, found: dict, params, replicate: int, seed_index: int,
                         view: int, members: list[int]) -> dict:
     """Run-record fields of the kind's diagnostics for one view of one seed (`members`: the
     grid models the view is made of; the first layer's S_1 is the first member's)."""
     fields = {}
-    replicate_params = jax.tree.map(lambda x: np.asarray(x[replicate]), params)
-    member_params = [self.trainer.layout.model_params(replicate_params, member)
-                     for member in members]  # (model leaves, layer leaves [depth, ...])
     if M_PROFILE in self.diagnostic_names:  # the learned context step m of each member
+      member_params = self._member_params(params, replicate, members)
       fields["m"] = float(np.mean([model["m"] for model, _ in member_params]))
       fields["m_effective"] = float(np.mean([diagnostics.effective_context_step(model)
                                              for model, _ in member_params]))
     if SCORING_GEOMETRY in self.diagnostic_names:  # from the parameters alone
       fields.update(diagnostics.scoring_geometry([
           (model["W_x"], W_q, W_k)
-          for model, layers in member_params for W_q, W_k in zip(layers["W_q"], layers["W_k"])]))
+          for model, layers in self._member_params(params, replicate, members)
+          for W_q, W_k in zip(layers["W_q"], layers["W_k"])]))
     if not found["contexts"]:  # diagnostic_size = 0: nothing else was computed
       return fields
     if MODEWISE in self.diagnostic_names:

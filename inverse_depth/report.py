@@ -471,40 +471,58 @@ def write_report(workdir: str) -> str:
 SATURATION_FRACTION = 1e-3
 
 
+def _excess_text(entry: dict) -> str:
+  """An excess over the full mixture with its paired se; float round-off prints as 0."""
+  if abs(entry["excess"]) < 1e-12:
+    return "0"
+  return f"{entry['excess']:.2g} +- {entry['excess_se']:.1g}"
+
+
 def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
   """One row per spectrum: the depth-L optima in `field` of each bound (average_by_layers or
   mixture_by_layers), the full mixture, the fall from L = 1 to 2 and the excess at the
-  deepest L; then a sentence on where the optimum stops improving, from the numbers."""
+  deepest L; then a sentence, from the numbers, on the depth from which every optimum stays
+  at the full mixture."""
   bounds = results["bounds"]
   max_layers = len(bounds[0][field])
   lines = ["| (a, b) | paper Table 1 L0 | "
            + " | ".join(f"{label} {L}" for L in range(1, max_layers + 1))
            + f" | full mixture | L = 1 -> 2 | excess at {label} {max_layers} | its temperatures |",
            "|---|---|" + "---|" * max_layers + "---|---|---|---|"]
-  falls, saturated_at = [], []
+  falls, settled_from = [], []
   for bound in bounds:
     by_layers = bound[field]
     falls.append(1 - by_layers[1]["loss"] / by_layers[0]["loss"])
-    saturated_at.append(next((L for L, entry in enumerate(by_layers, start=1) if entry["excess"]
-                              <= max(2 * entry["excess_se"],
-                                     SATURATION_FRACTION * bound["mixture"])), None))
+    at_mixture = [entry["excess"] <= max(2 * entry["excess_se"],
+                                         SATURATION_FRACTION * bound["mixture"])
+                  for entry in by_layers]
+    # the least L with every L' >= L at the mixture (an average can rise again: 4 layers
+    # cannot always copy the weights of 3), None if even the deepest is above it
+    settled_from.append(next((L for L in range(1, max_layers + 1)
+                              if all(at_mixture[L - 1:])), None))
     target = paper.table1_floor("softmax", "topk", results["sizes"]["k"], bound["a"], bound["b"])
     deepest = by_layers[-1]
     lines.append(
         f"| ({bound['a']:g}, {bound['b']:g}) | {target if target is not None else '-'} | "
         + " | ".join(f"{entry['loss']:.4f}" for entry in by_layers)
         + f" | {bound['mixture']:.4f} +- {bound['mixture_se']:.2g} | {-100 * falls[-1]:.1f}% | "
-        f"{deepest['excess']:.2g} +- {deepest['excess_se']:.1g} | "
-        + ", ".join(f"{t:.3g}" for t in deepest["temperatures"]) + " |")
-  reached = [L for L in saturated_at if L is not None]
+        f"{_excess_text(deepest)} | " + ", ".join(f"{t:.3g}" for t in deepest["temperatures"])
+        + " |")
+  settled = [L for L in settled_from if L is not None]
+  positive_gains = all(entry["weights"] and min(entry["weights"]) > 0
+                       for bound in bounds for entry in bound[field])
   lines += ["", f"From one layer to two the optimum falls by {100 * min(falls):.1f}-"
             f"{100 * max(falls):.1f}%. "
-            + (f"It is at the full mixture (excess within 2 paired standard errors or "
-               f"{100 * SATURATION_FRACTION:g}% of the loss) by L = {max(reached)} for every "
-               "spectrum; no depth goes below the full mixture, so deeper optima gain at most "
-               "that excess: a one-step drop, not a floor approached like 1/L."
-               if len(reached) == len(bounds) else
-               f"For {len(bounds) - len(reached)} of {len(bounds)} spectra it is still above "
+            + (f"From L = {max(settled)} on it stays at the full mixture (excess within 2 "
+               f"paired standard errors or {100 * SATURATION_FRACTION:g}% of the loss) for "
+               "every spectrum"
+               + ("; with every gain positive no depth goes below the full mixture, so deeper "
+                  "optima gain at most that excess: a drop within the first layers, not a "
+                  "floor approached like 1/L." if positive_gains else
+                  "; some gains are negative, so the full (nonnegative) mixture does not bound "
+                  "deeper optima.")
+               if len(settled) == len(bounds) else
+               f"For {len(bounds) - len(settled)} of {len(bounds)} spectra it is still above "
                f"the full mixture at L = {max_layers} (beyond 2 paired standard errors and "
                f"{100 * SATURATION_FRACTION:g}% of the loss): deeper optima still improve "
                "there.")]
@@ -524,16 +542,19 @@ def write_cosine_mixture_report(workdir: str) -> str:
            f"{results['num_samples']} Monte Carlo contexts per spectrum, "
            f"{len(first['temperatures'])} temperatures from {min(first['temperatures']):g} to "
            f"{max(first['temperatures']):g}; {results['wall_time_s']:.0f} s. Each layer weights "
-           "the context by softmax(temperature x cosine); L = 1 is the best single layer. "
-           "Excess: the loss minus the full mixture over the grid on the same contexts, with "
-           "its paired standard error.", "",
+           "the context by softmax(temperature x cosine) exactly; L = 1 is the best single "
+           "layer. Excess: the loss minus the full nonnegative mixture over the grid on the "
+           "same contexts, with its paired standard error.", "",
            "## Equal-weight averages with one gain: the controlled model", "",
            "y_hat = g (1/L) sum_l p_l . y with every layer scoring by cosine at a grid "
-           "temperature (repeats allowed), exhaustive over the temperatures.", ""]
+           "temperature (repeats allowed), exhaustive over the temperatures. Each layer has "
+           "weight 1/L, so L + 1 layers cannot always copy L (the loss can rise by a little "
+           "from L to L + 1); 2L layers can always copy L.", ""]
   lines += _by_layers_table(results, "average_by_layers", "L =")
   lines += ["", "## Mixtures of at most L layers with free nonnegative gains", "",
-            "sum_l w_l p_l . y, w >= 0 (per-layer value matrices, C.2, allow this), "
-            "exhaustive over supports; a lower bound on the equal-weight average of L.", ""]
+            "sum_l w_l p_l . y with w >= 0 (a special case of per-layer value matrices, C.2, "
+            "whose gains take either sign), exhaustive over supports; a lower bound on the "
+            "equal-weight average of L whenever its gain is positive.", ""]
   lines += _by_layers_table(results, "mixture_by_layers", "L <=")
   path = os.path.join(workdir, "report.md")
   write_text_atomic(path, "\n".join(lines) + "\n")

@@ -159,57 +159,76 @@ def _moments(readouts_NJ: np.ndarray, target_N: np.ndarray):
           float(target_N @ target_N / n))
 
 
+# Depth-L optima are exhaustive over supports or multisets of the temperature grid: C(48, 4)
+# and C(51, 4) candidates at L = 4, C(53, 6) = 23 million multisets (gigabytes) at L = 6.
+MAX_EXHAUSTIVE_LAYERS = 4
+
+
+def _check_depth_range(name: str, value: int) -> None:
+  if not 1 <= value <= MAX_EXHAUSTIVE_LAYERS:
+    raise ValueError(f"{name}={value}: allowed 1..{MAX_EXHAUSTIVE_LAYERS} (the depth-L optima "
+                     "are exhaustive over the temperature grid)")
+
+
 def sparse_mixture_losses(readouts_NJ: np.ndarray, target_N: np.ndarray,
-                          max_components: int) -> list[dict]:
-  """Best nonnegative mixture of at most L of the J readouts, L = 1..max_components:
+                          max_layers: int) -> list[dict]:
+  """Best nonnegative mixture of at most L of the J readouts, L = 1..max_layers:
 
     R_L = min_{w >= 0, |supp w| <= L} mean_n (sum_j w_j m_nj - y_n)^2
 
-  (L layers with free nonnegative gains). Exhaustive over supports S: the nonnegative optimum
-  on S is the unconstrained least-squares solution on its own support S' (a subset of S), so
-  R_L is the least T - h_S^T G_SS^-1 h_S over the |S| <= L whose solution G_SS^-1 h_S is
-  nonnegative (`_moments`). Returns one dict(loss, indices, weights) per L (empty indices
-  when no nonnegative mixture beats w = 0, whose loss is T); in-sample, like
-  `softmax_bound`'s mixture.
+  (L layers with free nonnegative gains). Exhaustive over supports S: at the nonnegative
+  optimum on S the gradient vanishes on its positive entries S', so there the weights are
+  the least-squares solution on S' alone. Hence R_L is the least loss
+  T - 2 h_S.w + w^T G_SS w (`_moments`) over the |S| <= L whose least-squares solution
+  w = G_SS^+ h_S is nonnegative (pseudo-inverse: a repeated readout makes G_SS singular).
+  Returns one dict(loss, indices, weights) per L (empty indices when no nonnegative mixture
+  beats w = 0, whose loss is T); in-sample, like `softmax_bound`'s mixture.
   """
+  _check_depth_range("max_layers", max_layers)
   gram_JJ, cross_J, target_second_moment = _moments(readouts_NJ, target_N)
   J = len(cross_J)
   found, best = [], dict(loss=target_second_moment, indices=[], weights=[])  # w = 0
-  for size in range(1, min(max_components, J) + 1):
+  for size in range(1, min(max_layers, J) + 1):
     supports_CS = np.array(list(itertools.combinations(range(J), size)))
-    weights_CS = np.linalg.solve(gram_JJ[supports_CS[:, :, None], supports_CS[:, None, :]],
-                                 cross_J[supports_CS][..., None])[..., 0]
-    losses_C = target_second_moment - np.einsum("cs,cs->c", cross_J[supports_CS], weights_CS)
+    gram_CSS = gram_JJ[supports_CS[:, :, None], supports_CS[:, None, :]]
+    cross_CS = cross_J[supports_CS]
+    weights_CS = np.einsum("cst,ct->cs", np.linalg.pinv(gram_CSS, hermitian=True), cross_CS)
+    losses_C = (target_second_moment - 2 * np.einsum("cs,cs->c", cross_CS, weights_CS)
+                + np.einsum("cs,cst,ct->c", weights_CS, gram_CSS, weights_CS))
     losses_C[~np.all(weights_CS >= 0, axis=1)] = np.inf
     c = int(np.argmin(losses_C))
     if losses_C[c] < best["loss"]:
       best = dict(loss=float(losses_C[c]), indices=supports_CS[c].tolist(),
                   weights=weights_CS[c].tolist())
     found.append(dict(best))
-  return found + [dict(best) for _ in range(max_components - len(found))]  # L > J: R_L = R_J
+  return found + [dict(best) for _ in range(max_layers - len(found))]  # L > J: R_L = R_J
 
 
 def equal_weight_averages(readouts_NJ: np.ndarray, target_N: np.ndarray,
                           max_layers: int) -> list[dict]:
   """Best average of L readouts (repeats allowed) with one shared gain, L = 1..max_layers:
 
-    R_L = min_{j_1..j_L, g} mean_n (g (1/L) sum_l m_{n j_l} - y_n)^2 = T - (h.u)^2 / (u^T G u),
+    R_L = min_{j_1..j_L} min_g mean_n (g (1/L) sum_l m_{n j_l} - y_n)^2
+        = min_{j_1..j_L} T - (h.u)^2 / (u^T G u),   u = (1/L) sum_l e_{j_l}  (`_moments`),
 
-  u = (1/L) sum_l e_{j_l} (`_moments`). This is the controlled softmax model,
+  with g = h.u / u^T G u of either sign. This is the controlled softmax model,
   y_hat = g (1/L) sum_l p_l . y with one g = W_o W_v W_y, when every layer scores by cosine at
-  a grid temperature. Exhaustive over the C(J + L - 1, L) multisets. Returns one
-  dict(loss, indices, weights) per L, indices with repeats and every weight g / L.
+  a grid temperature. Exhaustive over the C(J + L - 1, L) multisets; an average that is zero
+  on every context predicts 0 (loss T). Returns one dict(loss, indices, weights) per L,
+  indices with repeats and every weight g / L.
   """
+  _check_depth_range("max_layers", max_layers)
   gram_JJ, cross_J, target_second_moment = _moments(readouts_NJ, target_N)
   found = []
   for L in range(1, max_layers + 1):
     multisets_CL = np.array(list(itertools.combinations_with_replacement(range(len(cross_J)), L)))
     second_moment_C = gram_JJ[multisets_CL[:, :, None], multisets_CL[:, None, :]].sum((1, 2)) / L**2
     cross_C = cross_J[multisets_CL].sum(1) / L
-    c = int(np.argmin(target_second_moment - cross_C ** 2 / second_moment_C))
-    gain = cross_C[c] / second_moment_C[c]
-    found.append(dict(loss=float(target_second_moment - cross_C[c] * gain),
-                      indices=multisets_CL[c].tolist(), weights=[float(gain / L)] * L))
+    gain_C = np.divide(cross_C, second_moment_C, out=np.zeros_like(cross_C),
+                       where=second_moment_C > 0)
+    c = int(np.argmin(target_second_moment - cross_C * gain_C))
+    found.append(dict(loss=float(target_second_moment - cross_C[c] * gain_C[c]),
+                      indices=multisets_CL[c].tolist(), weights=[float(gain_C[c] / L)] * L))
   return found
 
 
@@ -237,6 +256,7 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
   difference, difference_se, average_by_layers, mixture_by_layers, temperatures,
   num_samples, target_second_moment).
   """
+  _check_depth_range("max_layers", max_layers)
   temperatures_J = np.asarray(DEFAULT_TEMPERATURES if temperatures is None else temperatures,
                               np.float64).reshape(-1)
   readouts, targets = [], []

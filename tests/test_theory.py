@@ -62,7 +62,7 @@ def test_sparse_mixture_losses_match_nnls_on_every_support():
     weights, _ = scipy.optimize.nnls(readouts_NJ[:, support], target_N)
     return np.mean((readouts_NJ[:, support] @ weights - target_N) ** 2)
 
-  found = theory.sparse_mixture_losses(readouts_NJ, target_N, max_components=5)
+  found = theory.sparse_mixture_losses(readouts_NJ, target_N, max_layers=4)
   for size, best in enumerate(found, start=1):
     brute = min(nnls_loss(list(support)) for s in range(1, size + 1)
                 for support in itertools.combinations(range(5), s))
@@ -70,6 +70,27 @@ def test_sparse_mixture_losses_match_nnls_on_every_support():
     assert len(best["indices"]) <= size and min(best["weights"]) >= 0
   assert found[0]["loss"] > found[2]["loss"]  # more components can help here
   assert found[-1]["loss"] == pytest.approx(nnls_loss(list(range(5))), rel=1e-9)
+
+
+def test_depth_optima_survive_a_repeated_readout_and_a_negative_gain():
+  """A readout given twice (a singular Gram block) changes no optimum; a target that every
+  readout anti-predicts leaves the nonnegative mixture at w = 0 (loss T) while the average's
+  shared gain turns negative; depths beyond the exhaustive limit are refused by name."""
+  rng = np.random.default_rng(2)
+  readouts_NJ = rng.normal(size=(200, 3)) + 1.0
+  target_N = readouts_NJ @ np.array([0.5, 0.3, 0.0]) + 0.1 * rng.normal(size=200)
+  repeated_NJ = np.concatenate([readouts_NJ, readouts_NJ[:, :1]], axis=1)
+  for optima in (theory.sparse_mixture_losses, theory.equal_weight_averages):
+    once, twice = optima(readouts_NJ, target_N, 3), optima(repeated_NJ, target_N, 3)
+    assert [e["loss"] for e in twice] == pytest.approx([e["loss"] for e in once], rel=1e-9)
+
+  mixtures = theory.sparse_mixture_losses(readouts_NJ, -target_N, 2)
+  assert mixtures[-1]["indices"] == []
+  assert mixtures[-1]["loss"] == pytest.approx(np.mean(target_N ** 2))
+  averages = theory.equal_weight_averages(readouts_NJ, -target_N, 2)
+  assert averages[-1]["weights"][0] < 0 and averages[-1]["loss"] < mixtures[-1]["loss"]
+  with pytest.raises(ValueError, match="max_layers=5: allowed 1..4"):
+    theory.equal_weight_averages(readouts_NJ, target_N, 5)
 
 
 def test_equal_weight_averages_match_direct_enumeration():
@@ -90,7 +111,10 @@ def test_equal_weight_averages_match_direct_enumeration():
     brute = min(direct_loss(multiset)
                 for multiset in itertools.combinations_with_replacement(range(6), L))
     assert best["loss"] == pytest.approx(brute, rel=1e-9)
-    assert len(best["indices"]) == L and len(set(best["weights"])) == 1
+    assert len(best["indices"]) == L
+    average_N = readouts_NJ[:, best["indices"]].mean(axis=1)
+    assert L * np.array(best["weights"]) == pytest.approx(
+        (average_N @ target_N) / (average_N @ average_N), rel=1e-9)  # every weight g / L
     assert direct_loss(best["indices"]) == pytest.approx(best["loss"], rel=1e-9)
   assert found[1]["loss"] <= found[0]["loss"] + 1e-12
   assert found[3]["loss"] <= found[1]["loss"] + 1e-12
