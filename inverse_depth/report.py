@@ -63,6 +63,10 @@ def plot_depth_scaling(results: dict, path: str) -> None:
                  label=f"best single cosine layer {bound['single']:.4g}")
       ax.axhline(bound["mixture"], color=color, ls=":", lw=1,
                  label=f"best mixture of cosine layers {bound['mixture']:.4g}")
+      if "average_by_layers" in bound:  # bounds computed before it lack it
+        optima = [entry["loss"] for entry in bound["average_by_layers"]]
+        ax.plot(range(1, len(optima) + 1), optima, "s--", ms=3, lw=0.8, color=color,
+                label="best L cosine layers (theory)")
     elif bound and bound["kind"] == "linear_floor":
       ax.axhline(bound["floor"], color=color, ls="--", lw=1,
                  label=f"linear floor theory {bound['floor']:.4g}")
@@ -280,6 +284,28 @@ def _geometry_table(results: dict, fit: dict) -> list[str]:
   return rows
 
 
+def _cosine_layers_section(results: dict) -> list[str]:
+  """Trained R_L beside the best controlled model of L cosine-scoring layers
+  (bound["average_by_layers"]: `theory.equal_weight_averages`), for the softmax grids whose
+  bound has it; nothing for bounds computed before it existed."""
+  rows = []
+  for fit in results["fits"]:
+    optima = (fit.get("bound") or {}).get("average_by_layers")
+    if not optima or analysis.is_ensemble(fit["model"]):
+      continue
+    trained = dict(zip(fit["depths"], fit["losses"]))
+    rows += [f"| {grid_label(fit)} | {L} | {entry['loss']:.4g} | "
+             + (f"{trained[L]:.4g} |" if L in trained else "- |")
+             for L, entry in enumerate(optima, start=1)]
+  if not rows:
+    return []
+  return ["", "## Against the best L cosine-scoring layers (theory)", "",
+          "The controlled model with every layer scoring by softmax(temperature x cosine) at a "
+          "grid temperature, equal weights 1/L and one gain, optimised exhaustively on the "
+          "bound's contexts (other contexts than the trained models' evaluation set).", "",
+          "| grid | L | best L cosine layers | trained R_L |", "|---|---|---|---|"] + rows
+
+
 def _ensemble_comparison(results: dict) -> list[str]:
   """Jointly trained depth-L model beside the average of L one-layer models trained alone."""
   lines = []
@@ -443,6 +469,7 @@ def write_report(workdir: str) -> str:
     deepest = fit["losses"][-1] if fit["losses"] else float("nan")
     lines.append(f"| {grid_label(fit)} | {fit['L0']:.4g} | {deepest:.4g} | {theory_text} | "
                  f"{mixture_text} | {target if target is not None else '-'} |")
+  lines += _cosine_layers_section(results)
   lines += _ensemble_comparison(results)
   for fit in results["fits"]:
     lines += ["", f"## {grid_label(fit)}", ""] + _table(results, fit) + _geometry_table(

@@ -128,6 +128,26 @@ def test_report_has_depth_table(experiment_run):
   assert "figures/depth_scaling.png" in text and "figures/decomposition.png" in text
 
 
+def test_report_sets_trained_losses_beside_the_cosine_layer_optima(experiment_run):
+  """The softmax bound carries the best controlled model of L cosine-scoring layers
+  (L = 1 is the single layer); the report tables each beside the trained R_L of that depth,
+  a dash where the grid has none."""
+  results = experiment_run["results"]
+  section = experiment_run["first_report"].split(
+      "## Against the best L cosine-scoring layers (theory)")[1].split("\n## ")[0]
+  rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| softmax")]
+  for fit in results["fits"]:
+    optima = fit["bound"]["average_by_layers"]
+    assert optima[0]["loss"] == pytest.approx(fit["bound"]["single"])
+    trained = dict(zip(fit["depths"], fit["losses"]))
+    mine = [row for row in rows if row[0] == f"| {report.grid_label(fit)}"]
+    assert [int(row[1]) for row in mine] == list(range(1, len(optima) + 1))
+    for row, entry in zip(mine, optima):
+      assert float(row[2]) == pytest.approx(entry["loss"], rel=1e-3)
+      L = int(row[1])
+      assert row[3].rstrip(" |") == (f"{trained[L]:.4g}" if L in trained else "-")
+
+
 def test_rerun_resumes_without_retraining_and_report_regenerates(experiment_run, monkeypatch):
   def no_training(*args, **kwargs):
     raise AssertionError("a finished run must not build a trainer")
