@@ -4,6 +4,8 @@ the combined reproduction report is written from the runs' results alone."""
 import importlib
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +14,7 @@ from inverse_depth import config as config_lib, experiment, report, reproduction
 from inverse_depth.config import ConfigError
 from tests import tiny
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ("table1", "table2", "table3", "table3_top2", "table4", "table4_top16", "table5",
            "easy", "selection")
 
@@ -137,21 +140,17 @@ def test_column_labels_follow_the_grid_layout():
       "member 1", "member 2", "member 3", "member 4"]
 
 
-def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(tmp_path,
-                                                                                capsys):
+def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(tmp_path):
   """experiments.cosine_mixtures with few contexts: one row per Table 1 spectrum in each of
   the two depth tables, both starting at the single layer, the free-gain mixtures falling in
   L and never above the equal-weight averages; the report's verdict follows the numbers (a
   spectrum whose depth-L optima all stay far above the full mixture turns it)."""
-  from absl import flags
-  from experiments import cosine_mixtures
-  flags.FLAGS(["cosine_mixtures", f"--workdir={tmp_path}", "--num_samples=300",
-               "--max_layers=3"])
-  try:
-    cosine_mixtures.main([])
-  finally:
-    flags.FLAGS.unparse_flags()
-  assert "Report:" in capsys.readouterr().out
+  proc = subprocess.run(  # a process of its own: its absl flags would clash with reproduce's
+      [sys.executable, "-m", "experiments.cosine_mixtures", f"--workdir={tmp_path}",
+       "--num_samples=300", "--max_layers=3"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "Report:" in proc.stdout
   with open(tmp_path / "results.json") as f:
     results = json.load(f)
   assert len(results["bounds"]) == len(tables.TABLE1_SPECTRA)
