@@ -538,21 +538,24 @@ def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
   settled = [L for L in settled_from if L is not None]
   positive_gains = all(entry["weights"] and min(entry["weights"]) > 0
                        for bound in bounds for entry in bound[field])
-  lines += ["", f"From one layer to two the optimum falls by {100 * min(falls):.1f}-"
-            f"{100 * max(falls):.1f}%. "
-            + (f"From L = {max(settled)} on it stays at the full mixture (excess within 2 "
-               f"paired standard errors or {100 * SATURATION_FRACTION:g}% of the loss) for "
-               "every spectrum"
-               + ("; with every gain positive no depth goes below the full mixture, so deeper "
-                  "optima gain at most that excess: a drop within the first layers, not a "
-                  "floor approached like 1/L." if positive_gains else
-                  "; some gains are negative, so the full (nonnegative) mixture does not bound "
-                  "deeper optima.")
-               if len(settled) == len(bounds) else
-               f"For {len(bounds) - len(settled)} of {len(bounds)} spectra it is still above "
-               f"the full mixture at L = {max_layers} (beyond 2 paired standard errors and "
-               f"{100 * SATURATION_FRACTION:g}% of the loss): deeper optima still improve "
-               "there.")]
+  summary = (f"From one layer to two the optimum falls by {100 * min(falls):.1f}-"
+             f"{100 * max(falls):.1f}%. ")
+  if len(settled) < len(bounds):
+    summary += (f"For {len(bounds) - len(settled)} of {len(bounds)} spectra it is still above "
+                f"the full mixture at L = {max_layers} (beyond 2 paired standard errors and "
+                f"{100 * SATURATION_FRACTION:g}% of the loss): deeper optima still improve "
+                "there.")
+  elif positive_gains:
+    summary += (f"From L = {max(settled)} on it stays at the full mixture (excess within 2 "
+                f"paired standard errors or {100 * SATURATION_FRACTION:g}% of the loss) for "
+                "every spectrum; with every gain positive no depth goes below the full "
+                "mixture, so deeper optima gain at most that excess: a drop within the first "
+                "layers, not a floor approached like 1/L.")
+  else:
+    summary += (f"From L = {max(settled)} on it stays at the full mixture for every spectrum, "
+                "but some gains are negative, so the full (nonnegative) mixture does not bound "
+                "deeper optima.")
+  lines += ["", summary]
   return lines
 
 
