@@ -14,7 +14,6 @@ mixture from L = 3 (BUILD_NOTES "Depth law"). Writes results.json and report.md
 (`report.write_cosine_mixture_report`); about 2 minutes on 2 CPU cores.
 """
 
-import json
 import os
 import time
 
@@ -23,7 +22,7 @@ from absl import app, flags
 
 from experiments.configs import tables
 from inverse_depth import report, theory
-from inverse_depth.files import write_text_atomic
+from inverse_depth.files import write_json_atomic
 
 SIZES = dict(d=16, P=128, k=2)  # the paper's softmax size (SPEC section 5)
 
@@ -52,8 +51,7 @@ def main(argv):
   os.makedirs(_WORKDIR.value, exist_ok=True)
   results = dict(sizes=SIZES, num_samples=_NUM_SAMPLES.value, seed=_SEED.value,
                  wall_time_s=time.time() - start, bounds=bounds)
-  write_text_atomic(os.path.join(_WORKDIR.value, "results.json"),
-                    json.dumps(results, indent=1))
+  write_json_atomic(os.path.join(_WORKDIR.value, "results.json"), results)
   print(f"Report: {report.write_cosine_mixture_report(_WORKDIR.value)}")
 
 

@@ -240,7 +240,7 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
 
   With m_tau = softmax_i(tau cos(x_i, x_test)) . y on contexts drawn as in training:
     single  = min_tau min_g E[(g m_tau - y*)^2] = min_tau E[y*^2] - E[y* m_tau]^2 / E[m_tau^2]
-              (gain g = E[y* m_tau] / E[m_tau^2]),
+              (gain g = E[y* m_tau] / E[m_tau^2]; `equal_weight_averages` at L = 1),
     mixture = min_{w >= 0} E[(sum_j w_j m_{tau_j} - y*)^2]   (scipy NNLS on the n x J matrix).
   Both are minimised and evaluated on the same n contexts (in-sample, so
   mixture <= single whenever the single gain is >= 0). The *_se entries are
@@ -272,11 +272,8 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
   def standard_error(values_N):
     return float(values_N.std(ddof=1) / np.sqrt(n))
 
-  target_second_moment = float(np.mean(target_N ** 2))
-  cross_J = target_N @ m_NJ / n  # E[y* m_tau]
-  readout_second_moment_J = np.einsum("nj,nj->j", m_NJ, m_NJ) / n  # E[m_tau^2]
-  best = int(np.argmin(target_second_moment - cross_J ** 2 / readout_second_moment_J))
-  gain = cross_J[best] / readout_second_moment_J[best]
+  averages = equal_weight_averages(m_NJ, target_N, max_layers)
+  (best,), (gain,) = averages[0]["indices"], averages[0]["weights"]  # L = 1: the single layer
   single_error2_N = (gain * m_NJ[:, best] - target_N) ** 2
 
   weights_J, _ = scipy.optimize.nnls(m_NJ, target_N, maxiter=50 * m_NJ.shape[1])
@@ -300,10 +297,10 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
               mixture=mixture, mixture_se=standard_error(mixture_error2_N),
               weights=weights_J.tolist(), difference=single - mixture,
               difference_se=standard_error(single_error2_N - mixture_error2_N),
-              average_by_layers=beside_mixture(equal_weight_averages(m_NJ, target_N, max_layers)),
+              average_by_layers=beside_mixture(averages),
               mixture_by_layers=beside_mixture(sparse_mixture_losses(m_NJ, target_N, max_layers)),
               temperatures=temperatures_J.tolist(), num_samples=n,
-              target_second_moment=target_second_moment)
+              target_second_moment=float(np.mean(target_N ** 2)))
 
 
 # Linear theory of the easy task (SPEC section 3): P -> infinity, so S_hat = Sigma and a
