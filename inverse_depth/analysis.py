@@ -282,3 +282,46 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
                depths=depths, losses=losses, gap_fit=None, resolved=False,
                verdict="fewer than two depths with a clean model: nothing to fit")
   return fit
+
+
+PAIRING_FIELDS = ("model", "task", "k", "a", "b", "depth", "seed")  # one trained model
+
+
+def longer_training_changes(short_runs: list[dict], long_runs: list[dict],
+                            num_se: float = 2.0) -> list[dict]:
+  """How much each depth still gains when the same models train longer.
+
+  `short_runs`, `long_runs`: the run records of two runs of one config that differ in the
+  schedule's length, so a model (PAIRING_FIELDS) has the same start, data stream and
+  evaluation contexts in both. Pairs where either record is diverged or flagged are left out.
+  One record per (model, task, k, a, b, depth): the seeds, the seed-mean losses, the change
+  long - short per seed, its mean, the standard error of the mean over seeds, the mean
+  relative to the short loss, and `resolved` = |mean| > num_se x se (a change the seeds
+  agree on: the short schedule had not converged at that depth).
+  """
+  def key(run):
+    return tuple(run[field] for field in PAIRING_FIELDS)
+
+  long_by_key = {key(r): r for r in clean_runs(long_runs)}
+  pairs = [(r, long_by_key[key(r)]) for r in clean_runs(short_runs) if key(r) in long_by_key]
+  groups: dict[tuple, list] = {}
+  for short, long in pairs:
+    groups.setdefault(key(short)[:-1], []).append((short, long))
+  records = []
+  for group_key, members in sorted(groups.items()):
+    members.sort(key=lambda pair: pair[0]["seed"])
+    short_losses = np.array([s["eval_loss"] for s, _ in members])
+    changes = np.array([l["eval_loss"] - s["eval_loss"] for s, l in members])
+    mean = float(changes.mean())
+    se = (float(changes.std(ddof=1) / np.sqrt(changes.size)) if changes.size > 1
+          else float("nan"))
+    records.append(dict(zip(PAIRING_FIELDS[:-1], group_key),
+                        seeds=[s["seed"] for s, _ in members],
+                        short_steps=[s["steps"] for s, _ in members],
+                        long_steps=[l["steps"] for _, l in members],
+                        short_loss=float(short_losses.mean()),
+                        long_loss=float(np.mean([l["eval_loss"] for _, l in members])),
+                        changes=changes.tolist(), mean_change=mean, mean_change_se=se,
+                        relative_change=mean / float(short_losses.mean()),
+                        resolved=bool(np.isfinite(se) and abs(mean) > num_se * se)))
+  return records

@@ -118,7 +118,11 @@ def checks(results: dict) -> list[tuple[bool, str]]:
   converged = sum(r["converged"] for r in live)
   lines.append((converged == len(live) and len(live) == len(runs),
                 f"{converged}/{len(runs)} models converged by the stated rule "
-                f"({len(runs) - len(live)} diverged)."))
+                f"({len(runs) - len(live)} diverged)."
+                + (" Under a decay to zero the rule only sees the loss stop as the rate "
+                   "vanishes, not convergence: `experiments.longer_training` tests that by "
+                   "training the same models longer." if results["config"].get("schedule")
+                   == "cosine" else "")))
   flagged = [r for r in runs if r.get("flagged")]
   lines.append((not flagged, "The run is clean: no model flagged." if not flagged else
                 f"The run is NOT clean: {len(flagged)} models flagged and kept out of the means "
@@ -588,4 +592,80 @@ def write_cosine_mixture_report(workdir: str) -> str:
   lines += _by_layers_table(results, "mixture_by_layers", "L <=")
   path = os.path.join(workdir, "report.md")
   write_text_atomic(path, "\n".join(lines) + "\n")
+  return path
+
+
+def _config_differences(short_config: dict, long_config: dict) -> list[str]:
+  """`field: short -> long` for every config field the two runs set differently."""
+  fields = sorted(set(short_config) | set(long_config))
+  return [f"{field}: {short_config.get(field)} -> {long_config.get(field)}" for field in fields
+          if short_config.get(field) != long_config.get(field)]
+
+
+def write_longer_training_report(short_dir: str, long_dir: str) -> str:
+  """long_dir/longer_training.md and figures/longer_training.png from the two runs'
+  results.json alone: per grid and depth, the change in R_L when the same models train for
+  the longer schedule (`analysis.longer_training_changes`), with both runs' fits; returns
+  the report's path."""
+  loaded = []
+  for workdir in (short_dir, long_dir):
+    with open(os.path.join(workdir, "results.json")) as f:
+      loaded.append(json.load(f))
+  short, long = loaded
+  changes = analysis.longer_training_changes(short["runs"], long["runs"])
+  if not changes:
+    raise ValueError(f"{short_dir} and {long_dir} share no clean model (paired by "
+                     f"{', '.join(analysis.PAIRING_FIELDS)})")
+  differences = _config_differences(short["config"], long["config"])
+  lines = ["# Trained longer: does the depth curve move?", "",
+           f"The same models (paired by {', '.join(analysis.PAIRING_FIELDS)}) from `{short_dir}` "
+           f"and `{long_dir}`, on the same held-out contexts. Config fields that differ: "
+           + ("; ".join(differences) if differences else "none") + ". A change is resolved when "
+           "its mean over seeds is beyond 2 standard errors of that mean (the seeds' spread); a "
+           "resolved change means the shorter schedule had not converged at that depth, "
+           "whatever its convergence rule said."]
+  grids = sorted({tuple(c[f] for f in ("model", "task", "k", "a", "b")) for c in changes})
+  for grid in grids:
+    rows = [c for c in changes if tuple(c[f] for f in ("model", "task", "k", "a", "b")) == grid]
+    label = grid_label(dict(zip(("model", "task", "k", "a", "b"), grid)))
+    lines += ["", f"## {label}", "",
+              "| L | seeds | steps (short -> long) | R_L short | R_L long | change per seed | "
+              "mean change | resolved |", "|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+      steps = f"{max(c['short_steps'])} -> {max(c['long_steps'])}"
+      lines.append(f"| {c['depth']} | {len(c['seeds'])} | {steps} | {c['short_loss']:.4f} | "
+                   f"{c['long_loss']:.4f} | " + ", ".join(f"{x:+.4f}" for x in c["changes"])
+                   + f" | {100 * c['relative_change']:+.2f}% +- "
+                   f"{100 * c['mean_change_se'] / c['short_loss']:.2f}% | "
+                   f"{'yes' if c['resolved'] else 'no'} |")
+    moved = [c["depth"] for c in rows if c["resolved"]]
+    lines += ["", (f"{len(moved)} of {len(rows)} depths change resolvably ({moved}); the "
+                   f"largest mean change is "
+                   f"{100 * max((c['relative_change'] for c in rows), key=abs):+.2f}%."
+                   if moved else f"No depth changes resolvably: at the shorter schedule the "
+                   f"curve had converged to within the seeds' spread.")]
+    for name, results in (("short", short), ("long", long)):
+      fit = next((f for f in results["fits"]
+                  if tuple(f[k] for k in ("model", "task", "k", "a", "b")) == grid), None)
+      if fit is not None:
+        lines.append(f"- fit of the {name} run: " + (
+            f"L0 = {fit['L0']:.4g} +- {fit['L0_se']:.2g}, alpha = {fit['alpha']:.3f} +- "
+            f"{fit['alpha_se']:.3f}, R^2 = {fit['r2']:.4f}" if fit.get("resolved", True)
+            else fit["verdict"]))
+  os.makedirs(os.path.join(long_dir, "figures"), exist_ok=True)
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  for i, grid in enumerate(grids):
+    rows = [c for c in changes if tuple(c[f] for f in ("model", "task", "k", "a", "b")) == grid]
+    depths = [c["depth"] for c in rows]
+    label = grid_label(dict(zip(("model", "task", "k", "a", "b"), grid)))
+    ax.plot(depths, [c["short_loss"] for c in rows], "o--", color=f"C{i}", mfc="none",
+            label=f"{label}, {max(rows[0]['short_steps'])} steps")
+    ax.plot(depths, [c["long_loss"] for c in rows], "o-", color=f"C{i}",
+            label=f"{label}, {max(rows[0]['long_steps'])} steps")
+  ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (seed mean)")
+  ax.legend(fontsize=7)
+  save_figure(fig, os.path.join(long_dir, "figures", "longer_training.png"))
+  lines += ["", "![longer training](figures/longer_training.png)", ""]
+  path = os.path.join(long_dir, "longer_training.md")
+  write_text_atomic(path, "\n".join(lines))
   return path

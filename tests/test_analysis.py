@@ -230,3 +230,29 @@ def test_window_fits_recover_a_law_that_sets_in_late():
   assert abs(full["L0"] - 1.9) > 0.02
   assert late["L0"] == pytest.approx(1.9, abs=1e-4)
   assert late["alpha"] == pytest.approx(0.6, abs=1e-3)
+
+
+def _record(depth, seed, eval_loss, **extra):
+  return dict(model="softmax", task="topk", k=2, a=0.0, b=0.0, depth=depth, seed=seed,
+              eval_loss=eval_loss, steps=extra.pop("steps", 100), diverged=False, **extra)
+
+
+def test_longer_training_changes_pairs_models_and_resolves_only_agreed_changes():
+  """Depth 2 falls by 0.1 on every seed (resolved); depth 4 moves by +-0.05 (not resolved);
+  a model diverged in either run, or present in one run only, leaves the pairing."""
+  short = [_record(2, s, 2.0 + 0.01 * s) for s in range(3)]
+  short += [_record(4, s, 1.9) for s in range(3)] + [_record(8, 0, 1.8)]
+  long = [_record(2, s, 1.9 + 0.01 * s + 0.001 * s, steps=200) for s in range(3)]
+  long += [_record(4, 0, 1.95, steps=200), _record(4, 1, 1.85, steps=200),
+           _record(4, 2, 5.0, steps=200, flagged=True)]
+  by_depth = {c["depth"]: c for c in analysis.longer_training_changes(short, long)}
+  assert sorted(by_depth) == [2, 4]  # depth 8 has no long partner
+  two, four = by_depth[2], by_depth[4]
+  assert two["seeds"] == [0, 1, 2] and two["long_steps"] == [200] * 3
+  np.testing.assert_allclose(two["changes"], [-0.1, -0.099, -0.098])
+  assert two["mean_change"] == pytest.approx(-0.099)
+  assert two["relative_change"] == pytest.approx(-0.099 / 2.01)
+  assert two["resolved"]
+  assert four["seeds"] == [0, 1]  # the flagged seed-2 model is left out
+  np.testing.assert_allclose(four["changes"], [0.05, -0.05])
+  assert four["mean_change"] == pytest.approx(0.0) and not four["resolved"]

@@ -9,8 +9,7 @@ import pytest
 
 from experiments.configs import default, quick, smoke
 from inverse_depth import config as config_lib
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import REPO
 
 
 @pytest.mark.parametrize("module", [default, quick, smoke], ids=["default", "quick", "smoke"])

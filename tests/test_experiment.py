@@ -12,9 +12,8 @@ import pytest
 
 from experiments.configs import smoke
 from inverse_depth import analysis, evaluation, experiment, models, report
-from tests import tiny
+from tests import REPO, tiny
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_KEYS = {"model", "task", "k", "a", "b", "depth", "seed", "eval_loss", "A", "C", "diverged",
             "steps"}
 FIT_KEYS = {"L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2", "depths", "losses"}

@@ -4,17 +4,19 @@ the combined reproduction report is written from the runs' results alone."""
 import importlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from experiments.configs import tables
 from inverse_depth import config as config_lib, experiment, report, reproduction
 from inverse_depth.config import ConfigError
-from tests import tiny
+from tests import REPO, tiny
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ("table1", "table2", "table3", "table3_top2", "table4", "table4_top16", "table5",
            "easy", "selection")
 
@@ -171,3 +173,30 @@ def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(
   (tmp_path / "results.json").write_text(json.dumps(results))
   verdict = open(report.write_cosine_mixture_report(str(tmp_path))).read()
   assert verdict.count("For 1 of 7 spectra it is still above the full mixture at L = 3") == 1
+
+
+def test_longer_training_entrypoint_pairs_the_committed_6000_and_12000_step_depth_laws(
+    tmp_path):
+  """experiments.longer_training on copies of two committed runs: one row per depth whose
+  per-seed changes are the differences of the two results.json's eval_loss, and a figure."""
+  dirs = {}
+  for name in ("depth_law_6000steps", "depth_law"):
+    dirs[name] = tmp_path / name
+    dirs[name].mkdir()
+    shutil.copy(os.path.join(REPO, "results", name, "results.json"), dirs[name])
+  subprocess.run([sys.executable, "-m", "experiments.longer_training",
+                  f"--short={dirs['depth_law_6000steps']}", f"--long={dirs['depth_law']}"],
+                 cwd=REPO, check=True, capture_output=True)
+  text = (dirs["depth_law"] / "longer_training.md").read_text()
+  assert (dirs["depth_law"] / "figures" / "longer_training.png").stat().st_size > 0
+  loss = {name: {(r["depth"], r["seed"]): r["eval_loss"]
+                 for r in json.loads((d / "results.json").read_text())["runs"]}
+          for name, d in dirs.items()}
+  rows = [line.split(" | ") for line in text.splitlines() if re.match(r"\| \d+ \| 3 \|", line)]
+  assert [int(row[0].strip("| ")) for row in rows] == [1, 2, 4, 8, 16, 32, 64]
+  for row in rows:
+    depth = int(row[0].strip("| "))
+    expected = [loss["depth_law"][depth, s] - loss["depth_law_6000steps"][depth, s]
+                for s in range(3)]
+    np.testing.assert_allclose([float(x) for x in row[5].split(", ")], expected, atol=5e-5)
+  assert "max_steps: 6000 -> 12000" in text

@@ -24,9 +24,8 @@ from inverse_depth import config as config_lib, experiment, workdir as workdir_l
 from inverse_depth.checkpoint import CheckpointMismatch, GridCheckpoints, state_checksum
 from inverse_depth.grid import InitScales
 from inverse_depth.train import GridTrainer
-from tests import tiny
+from tests import REPO, tiny
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = experiment.grid_name("softmax", 0.0, 0.0)
 CRASH_STEP = 40  # tiny config: checkpoints at 20, 40, 60
 
