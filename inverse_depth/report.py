@@ -644,7 +644,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
                    f"{100 * max((c['relative_change'] for c in rows), key=abs):+.2f}%."
                    if moved else f"No depth changes resolvably: at the shorter schedule the "
                    f"curve had converged to within the seeds' spread.")]
-    for name, results in (("short", short), ("long", long)):
+    for name, results in (("short", short), ("long", long)) if len(rows) >= 3 else ():
       fit = next((f for f in results["fits"]
                   if tuple(f[k] for k in ("model", "task", "k", "a", "b")) == grid), None)
       if fit is not None:
