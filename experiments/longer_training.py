@@ -1,6 +1,6 @@
 """Does a depth curve move when the same models train longer? (no training)
 
-    python -m experiments.longer_training --short=results/depth_law_6000steps \
+    python -m experiments.longer_training --short=results/depth_law_12000steps \
         --long=results/depth_law
 
 Pairs the models of two finished runs of one config that differ in the schedule's length

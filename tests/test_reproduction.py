@@ -180,15 +180,15 @@ def test_longer_training_entrypoint_pairs_the_committed_6000_and_12000_step_dept
   """experiments.longer_training on copies of two committed runs: one row per depth whose
   per-seed changes are the differences of the two results.json's eval_loss, and a figure."""
   dirs = {}
-  for name in ("depth_law_6000steps", "depth_law"):
+  for name in ("depth_law_6000steps", "depth_law_12000steps"):
     dirs[name] = tmp_path / name
     dirs[name].mkdir()
     shutil.copy(os.path.join(REPO, "results", name, "results.json"), dirs[name])
   subprocess.run([sys.executable, "-m", "experiments.longer_training",
-                  f"--short={dirs['depth_law_6000steps']}", f"--long={dirs['depth_law']}"],
+                  f"--short={dirs['depth_law_6000steps']}", f"--long={dirs['depth_law_12000steps']}"],
                  cwd=REPO, check=True, capture_output=True)
-  text = (dirs["depth_law"] / "longer_training.md").read_text()
-  assert (dirs["depth_law"] / "figures" / "longer_training.png").stat().st_size > 0
+  text = (dirs["depth_law_12000steps"] / "longer_training.md").read_text()
+  assert (dirs["depth_law_12000steps"] / "figures" / "longer_training.png").stat().st_size > 0
   loss = {name: {(r["depth"], r["seed"]): r["eval_loss"]
                  for r in json.loads((d / "results.json").read_text())["runs"]}
           for name, d in dirs.items()}
@@ -196,7 +196,7 @@ def test_longer_training_entrypoint_pairs_the_committed_6000_and_12000_step_dept
   assert [int(row[0].strip("| ")) for row in rows] == [1, 2, 4, 8, 16, 32, 64]
   for row in rows:
     depth = int(row[0].strip("| "))
-    expected = [loss["depth_law"][depth, s] - loss["depth_law_6000steps"][depth, s]
+    expected = [loss["depth_law_12000steps"][depth, s] - loss["depth_law_6000steps"][depth, s]
                 for s in range(3)]
     np.testing.assert_allclose([float(x) for x in row[5].split(", ")], expected, atol=5e-5)
   assert "max_steps: 6000 -> 12000" in text

@@ -4,13 +4,14 @@
 
 Depths 1..64 (powers of two), 3 seeds, evaluation on 100,000 shared contexts so that depth
 differences of a few tenths of a percent are resolved by paired standard errors. Training
-regime (BUILD_NOTES.md "Training regime", "Depth law"): Adam 1e-3 with cosine decay to zero
-over 12000 steps (at 3e-3 for 3000 steps the depth-4 and depth-8 models end above the depth-2
-one; over 6000 steps 10 of the 21 models miss the convergence rule and every depth > 1 ends
-0.4-0.9% higher: results/depth_law_6000steps/), query and key weights drawn at the small
+regime (BUILD_NOTES.md "Training regime", "Depth law", "Convergence"): Adam 1e-3 with cosine
+decay to zero over 24000 steps (at 3e-3 for 3000 steps the depth-4 and depth-8 models end
+above the depth-2 one; every depth > 1 ends resolvably higher over 6000 steps, by 0.4-0.9%,
+and over 12000, by 0.08-1.1%: results/depth_law_6000steps/, results/depth_law_12000steps/,
+although every model met the convergence rule at 12000), query and key weights drawn at the small
 scale 0.3 (initial logits of sd 0.5, so no layer starts saturated on the wrong tokens; the
 identity start gives the same depth-1 loss and a higher loss at every depth > 1:
-results/depth_law_identity/). About 65 minutes on 2 CPU cores. Committed results:
+results/depth_law_identity/). About 57 minutes on 2 CPU cores to itself. Committed results:
 results/depth_law/.
 `--config.ensemble_control=True` adds the ensemble control (per seed, 64 one-layer models on
 the seed's training stream, averaged after training; about twice the main grid's time); it
@@ -30,7 +31,7 @@ def get_config():
   config.qk_init_scale = 0.3
   config.learning_rate = 1e-3
   config.warmup_steps = 200
-  config.max_steps = 12000
+  config.max_steps = 24000
   config.eval_every = 250
   config.checkpoint_every = 500
   config.val_size = 2048

@@ -44,7 +44,7 @@ _TIER_FIELDS = {
                 linear_depths=(1, 2, 4), linear_steps=300, linear_eval=4096,
                 linear_bound=10_000),
     "paper": dict(softmax_depths=(1, 2, 4, 8, 16, 32, 64, 128, 256), softmax_seeds=3,
-                  softmax_steps=12000, softmax_regime=DEPTH_LAW_REGIME, softmax_eval=100_000,
+                  softmax_steps=24000, softmax_regime=DEPTH_LAW_REGIME, softmax_eval=100_000,
                   softmax_bound=200_000, linear_depths=(1, 2, 4, 8), linear_steps=2000,
                   linear_eval=20_480, linear_bound=20_000),
 }
@@ -59,7 +59,7 @@ def check_tier(tier: str) -> dict:
 def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
   """The default config at tier `tier`. Softmax trains in the tier's regime: at the paper
   tier depth_law.py's (small random query/key start, Adam 1e-3, cosine decay to zero over
-  its 12000 steps; BUILD_NOTES "Depth law"); at the cpu tier's 1500 steps the cosine-scorer
+  its 24000 steps; BUILD_NOTES "Depth law"); at the cpu tier's 1500 steps the cosine-scorer
   start at Adam 3e-3, which ends nearer the single-layer optimum in that budget. Linear
   trains under its own regime: Adam 3e-4, batch 64, orthogonal input map, and the
   gradient-descent start (every gain W_o W_v^j W_y = 1, identity query/key at scale
