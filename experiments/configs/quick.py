@@ -2,7 +2,7 @@
 
 Softmax, top-2, isotropic, at the paper's softmax size (d = 16, P = 128, N = 32) and
 depth_law.py's training regime (small random query/key start, Adam 1e-3, cosine decay to
-zero) over a sixth of its steps; depths 1, 4, 16, 64, two seeds, 2000 steps, 20,480
+zero) over a twelfth of its steps; depths 1, 4, 16, 64, two seeds, 2000 steps, 20,480
 evaluation contexts, no ensemble control. It shows what the
 full run shows, with wider error bars: R_1 near the best single cosine-attention layer,
 and how far depth moves the loss. Linear attention at its paper size (d = 128,
