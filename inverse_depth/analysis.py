@@ -10,6 +10,7 @@ and A_L - C_L = 1/(2L(L-1)) sum_{l != m} E[(e_l - e_m)^2] >= 0 (disagreement).
 
 import numpy as np
 import scipy.optimize
+import scipy.stats
 
 # A model whose loss exceeds this fraction of the best uniform-attention predictor's loss
 # (`evaluation.uniform_attention_loss`) is on that plateau (run record `on_plateau`).
@@ -287,8 +288,19 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
 PAIRING_FIELDS = ("model", "task", "k", "a", "b", "depth", "seed")  # one trained model
 
 
+def _by_model(runs: list[dict], name: str) -> dict[tuple, dict]:
+  """The clean records of one run keyed by PAIRING_FIELDS; a model twice is an error."""
+  keyed = {}
+  for run in clean_runs(runs):
+    key = tuple(run[field] for field in PAIRING_FIELDS)
+    if key in keyed:
+      raise ValueError(f"{name} holds model {dict(zip(PAIRING_FIELDS, key))} twice")
+    keyed[key] = run
+  return keyed
+
+
 def longer_training_changes(short_runs: list[dict], long_runs: list[dict],
-                            num_se: float = 2.0) -> list[dict]:
+                            confidence: float = 0.95) -> list[dict]:
   """How much each depth still gains when the same models train longer.
 
   `short_runs`, `long_runs`: the run records of two runs of one config that differ in the
@@ -296,25 +308,26 @@ def longer_training_changes(short_runs: list[dict], long_runs: list[dict],
   evaluation contexts in both. Pairs where either record is diverged or flagged are left out.
   One record per (model, task, k, a, b, depth): the seeds, the seed-mean losses, the change
   long - short per seed, its mean, the standard error of the mean over seeds, the mean
-  relative to the short loss, and `resolved` = |mean| > num_se x se (a change the seeds
-  agree on: the short schedule had not converged at that depth).
+  relative to the short loss, `num_lower` (seeds whose loss fell), and `resolved`: the
+  seeds agree on the change, |mean| > t x se with t the two-sided Student quantile at
+  `confidence` on n - 1 degrees of freedom (`t_critical`; never with one seed). A resolved
+  change means the short schedule had not converged at that depth.
   """
-  def key(run):
-    return tuple(run[field] for field in PAIRING_FIELDS)
-
-  long_by_key = {key(r): r for r in clean_runs(long_runs)}
-  pairs = [(r, long_by_key[key(r)]) for r in clean_runs(short_runs) if key(r) in long_by_key]
+  short_by_key = _by_model(short_runs, "the short run")
+  long_by_key = _by_model(long_runs, "the long run")
   groups: dict[tuple, list] = {}
-  for short, long in pairs:
-    groups.setdefault(key(short)[:-1], []).append((short, long))
+  for key in sorted(short_by_key.keys() & long_by_key.keys()):
+    groups.setdefault(key[:-1], []).append((short_by_key[key], long_by_key[key]))
   records = []
-  for group_key, members in sorted(groups.items()):
-    members.sort(key=lambda pair: pair[0]["seed"])
+  for group_key, members in groups.items():
     short_losses = np.array([s["eval_loss"] for s, _ in members])
     changes = np.array([l["eval_loss"] - s["eval_loss"] for s, l in members])
     mean = float(changes.mean())
-    se = (float(changes.std(ddof=1) / np.sqrt(changes.size)) if changes.size > 1
-          else float("nan"))
+    if changes.size > 1:
+      se = float(changes.std(ddof=1) / np.sqrt(changes.size))
+      t_critical = float(scipy.stats.t.ppf(0.5 + confidence / 2, changes.size - 1))
+    else:
+      se = t_critical = float("nan")
     records.append(dict(zip(PAIRING_FIELDS[:-1], group_key),
                         seeds=[s["seed"] for s, _ in members],
                         short_steps=[s["steps"] for s, _ in members],
@@ -323,5 +336,19 @@ def longer_training_changes(short_runs: list[dict], long_runs: list[dict],
                         long_loss=float(np.mean([l["eval_loss"] for _, l in members])),
                         changes=changes.tolist(), mean_change=mean, mean_change_se=se,
                         relative_change=mean / float(short_losses.mean()),
-                        resolved=bool(np.isfinite(se) and abs(mean) > num_se * se)))
+                        num_lower=int(np.sum(changes < 0)), t_critical=t_critical,
+                        resolved=bool(changes.size > 1 and abs(mean) > t_critical * se)))
   return records
+
+
+def unpaired_models(short_runs: list[dict], long_runs: list[dict]) -> tuple[int, int]:
+  """Clean models of the short and of the long run that have no clean partner in the other."""
+  short_keys = set(_by_model(short_runs, "the short run"))
+  long_keys = set(_by_model(long_runs, "the long run"))
+  return len(short_keys - long_keys), len(long_keys - short_keys)
+
+
+def sign_test(num_lower: int, num_models: int) -> float:
+  """Two-sided binomial p-value of `num_lower` falls among `num_models` changes, each as
+  likely to rise as to fall if training longer changed nothing."""
+  return float(scipy.stats.binomtest(num_lower, num_models).pvalue) if num_models else 1.0

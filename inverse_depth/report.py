@@ -595,74 +595,110 @@ def write_cosine_mixture_report(workdir: str) -> str:
   return path
 
 
-def _config_differences(short_config: dict, long_config: dict) -> list[str]:
-  """`field: short -> long` for every config field the two runs set differently."""
-  fields = sorted(set(short_config) | set(long_config))
-  return [f"{field}: {short_config.get(field)} -> {long_config.get(field)}" for field in fields
-          if short_config.get(field) != long_config.get(field)]
+# Config fields two runs may set differently and still be compared model by model: the
+# schedule's length and which models each trained (a model's key depends on its seed and
+# depth only); anything else changes what a model is.
+SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "checkpoint_every",
+                              "ensemble_control")
+
+
+def _config_differences(short_config: dict, long_config: dict) -> tuple[list[str], list[str]]:
+  """(`field: short -> long` for every field both configs set differently, the fields only
+  one of them records: added to the config between the two runs)."""
+  differing = [f"{field}: {short_config[field]} -> {long_config[field]}"
+               for field in sorted(short_config.keys() & long_config.keys())
+               if short_config[field] != long_config[field]]
+  return differing, sorted(short_config.keys() ^ long_config.keys())
+
+
+def _steps_text(steps: list[int]) -> str:
+  return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}..{max(steps)}"
 
 
 def write_longer_training_report(short_dir: str, long_dir: str) -> str:
   """long_dir/longer_training.md and figures/longer_training.png from the two runs'
   results.json alone: per grid and depth, the change in R_L when the same models train for
-  the longer schedule (`analysis.longer_training_changes`), with both runs' fits; returns
-  the report's path."""
+  the longer schedule (`analysis.longer_training_changes`), a sign test over the grid, and
+  both curves' fits over the paired models; returns the report's path. Raises ValueError
+  when the configs differ in more than SCHEDULE_COMPARISON_FIELDS or share no clean model."""
   loaded = []
   for workdir in (short_dir, long_dir):
     with open(os.path.join(workdir, "results.json")) as f:
       loaded.append(json.load(f))
   short, long = loaded
+  differing, unrecorded = _config_differences(short["config"], long["config"])
+  other = [d for d in differing if d.split(":")[0] not in SCHEDULE_COMPARISON_FIELDS]
+  if other:
+    raise ValueError(f"{short_dir} and {long_dir} differ in more than the schedule's length "
+                     f"(allowed: {', '.join(SCHEDULE_COMPARISON_FIELDS)}): {'; '.join(other)}")
   changes = analysis.longer_training_changes(short["runs"], long["runs"])
   if not changes:
     raise ValueError(f"{short_dir} and {long_dir} share no clean model (paired by "
                      f"{', '.join(analysis.PAIRING_FIELDS)})")
-  differences = _config_differences(short["config"], long["config"])
+  unpaired_short, unpaired_long = analysis.unpaired_models(short["runs"], long["runs"])
+  num_lower = sum(c["num_lower"] for c in changes)
+  num_models = sum(len(c["changes"]) for c in changes)
   lines = ["# Trained longer: does the depth curve move?", "",
            f"The same models (paired by {', '.join(analysis.PAIRING_FIELDS)}) from `{short_dir}` "
-           f"and `{long_dir}`, on the same held-out contexts. Config fields that differ: "
-           + ("; ".join(differences) if differences else "none") + ". A change is resolved when "
-           "its mean over seeds is beyond 2 standard errors of that mean (the seeds' spread); a "
-           "resolved change means the shorter schedule had not converged at that depth, "
-           "whatever its convergence rule said."]
-  grids = sorted({tuple(c[f] for f in ("model", "task", "k", "a", "b")) for c in changes})
+           f"and `{long_dir}`, on the same held-out contexts: {num_models} pairs; "
+           f"{unpaired_short} clean models of the short run and {unpaired_long} of the long "
+           "run have no partner. Config fields that differ: "
+           + ("; ".join(differing) if differing else "none")
+           + (f" (recorded by one run only: {', '.join(unrecorded)})" if unrecorded else "")
+           + ". A depth's change is resolved when the seeds agree on it: |mean| > t x se, with "
+           "t the two-sided 95% Student quantile on (seeds - 1) degrees of freedom ("
+           + ", ".join(sorted({f"{c['t_critical']:.2f} at {len(c['changes'])} seeds"
+                               for c in changes if len(c["changes"]) > 1})) + "). A resolved change means the shorter schedule had not converged at that "
+           "depth, whatever its convergence rule said; an unresolved one is not proof that it "
+           "had.", "",
+           f"**{num_lower} of {num_models} models end lower** after the longer schedule "
+           f"(two-sided sign test against no change: p = {analysis.sign_test(num_lower, num_models):.2g})."]
+  grid_fields = ("model", "task", "k", "a", "b")
+  grids = sorted({tuple(c[f] for f in grid_fields) for c in changes})
   for grid in grids:
-    rows = [c for c in changes if tuple(c[f] for f in ("model", "task", "k", "a", "b")) == grid]
-    label = grid_label(dict(zip(("model", "task", "k", "a", "b"), grid)))
+    rows = [c for c in changes if tuple(c[f] for f in grid_fields) == grid]
+    label = grid_label(dict(zip(grid_fields, grid)))
     lines += ["", f"## {label}", "",
               "| L | seeds | steps (short -> long) | R_L short | R_L long | change per seed | "
-              "mean change | resolved |", "|---|---|---|---|---|---|---|---|"]
+              "mean change +- se | seeds lower | resolved |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for c in rows:
-      steps = f"{max(c['short_steps'])} -> {max(c['long_steps'])}"
-      lines.append(f"| {c['depth']} | {len(c['seeds'])} | {steps} | {c['short_loss']:.4f} | "
+      se_text = (f"{100 * c['mean_change_se'] / c['short_loss']:.2f}%"
+                 if np.isfinite(c["mean_change_se"]) else "n/a (one seed)")
+      lines.append(f"| {c['depth']} | {len(c['seeds'])} | {_steps_text(c['short_steps'])} -> "
+                   f"{_steps_text(c['long_steps'])} | {c['short_loss']:.4f} | "
                    f"{c['long_loss']:.4f} | " + ", ".join(f"{x:+.4f}" for x in c["changes"])
-                   + f" | {100 * c['relative_change']:+.2f}% +- "
-                   f"{100 * c['mean_change_se'] / c['short_loss']:.2f}% | "
-                   f"{'yes' if c['resolved'] else 'no'} |")
-    moved = [c["depth"] for c in rows if c["resolved"]]
-    lines += ["", (f"{len(moved)} of {len(rows)} depths change resolvably ({moved}); the "
-                   f"largest mean change is "
-                   f"{100 * max((c['relative_change'] for c in rows), key=abs):+.2f}%."
-                   if moved else f"No depth changes resolvably: at the shorter schedule the "
-                   f"curve had converged to within the seeds' spread.")]
-    for name, results in (("short", short), ("long", long)) if len(rows) >= 3 else ():
-      fit = next((f for f in results["fits"]
-                  if tuple(f[k] for k in ("model", "task", "k", "a", "b")) == grid), None)
-      if fit is not None:
-        lines.append(f"- fit of the {name} run: " + (
+                   + f" | {100 * c['relative_change']:+.2f}% +- {se_text} | "
+                   f"{c['num_lower']}/{len(c['changes'])} | {'yes' if c['resolved'] else 'no'} |")
+    moved = [c for c in rows if c["resolved"]]
+    if moved:
+      largest = max(moved, key=lambda c: abs(c["relative_change"]))
+      lines += ["", f"Resolved at {len(moved)} of {len(rows)} depths "
+                f"({[c['depth'] for c in moved]}); the largest of those is "
+                f"{100 * largest['relative_change']:+.2f}% at L = {largest['depth']}."]
+    else:
+      lines += ["", "No depth's change is resolved at these seeds."]
+    if len(rows) >= 3:
+      depths = [c["depth"] for c in rows]
+      for name in ("short", "long"):
+        fit = analysis.fit_depth_scaling(depths, [c[f"{name}_loss"] for c in rows],
+                                         fit_floor=grid[1] == "topk")
+        lines.append(f"- fit of the {name} run over the paired models: " + (
             f"L0 = {fit['L0']:.4g} +- {fit['L0_se']:.2g}, alpha = {fit['alpha']:.3f} +- "
-            f"{fit['alpha_se']:.3f}, R^2 = {fit['r2']:.4f}" if fit.get("resolved", True)
+            f"{fit['alpha_se']:.3f}, R^2 = {fit['r2']:.4f}" if fit["resolved"]
             else fit["verdict"]))
   os.makedirs(os.path.join(long_dir, "figures"), exist_ok=True)
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for i, grid in enumerate(grids):
-    rows = [c for c in changes if tuple(c[f] for f in ("model", "task", "k", "a", "b")) == grid]
+    rows = [c for c in changes if tuple(c[f] for f in grid_fields) == grid]
     depths = [c["depth"] for c in rows]
-    label = grid_label(dict(zip(("model", "task", "k", "a", "b"), grid)))
+    label = grid_label(dict(zip(grid_fields, grid)))
     ax.plot(depths, [c["short_loss"] for c in rows], "o--", color=f"C{i}", mfc="none",
             label=f"{label}, {max(rows[0]['short_steps'])} steps")
     ax.plot(depths, [c["long_loss"] for c in rows], "o-", color=f"C{i}",
             label=f"{label}, {max(rows[0]['long_steps'])} steps")
-  ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (seed mean)")
+  ax.set(xscale="log", yscale="log", xlabel="depth L",
+         ylabel="held-out loss R_L (mean over paired seeds)")
   ax.legend(fontsize=7)
   save_figure(fig, os.path.join(long_dir, "figures", "longer_training.png"))
   lines += ["", "![longer training](figures/longer_training.png)", ""]

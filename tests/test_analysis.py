@@ -252,7 +252,37 @@ def test_longer_training_changes_pairs_models_and_resolves_only_agreed_changes()
   np.testing.assert_allclose(two["changes"], [-0.1, -0.099, -0.098])
   assert two["mean_change"] == pytest.approx(-0.099)
   assert two["relative_change"] == pytest.approx(-0.099 / 2.01)
-  assert two["resolved"]
+  assert two["resolved"] and two["num_lower"] == 3
+  assert two["t_critical"] == pytest.approx(4.3027, abs=1e-4)  # Student t, 2 dof, 95%
   assert four["seeds"] == [0, 1]  # the flagged seed-2 model is left out
   np.testing.assert_allclose(four["changes"], [0.05, -0.05])
   assert four["mean_change"] == pytest.approx(0.0) and not four["resolved"]
+  assert four["num_lower"] == 1
+  assert analysis.unpaired_models(short, long) == (2, 0)  # depth 8; depth-4 seed 2
+
+
+def test_longer_training_needs_the_seeds_to_agree_beyond_student_t():
+  """Three seeds that all fall, by 1, 2 and 3: mean 2, se 0.577, t = 3.46 < 4.30 (2 dof),
+  so not resolved; four seeds at 1, 2, 3, 2: t = 4.9 > 3.18 (3 dof), resolved. One seed is
+  never resolved."""
+  def changes(deltas):
+    short = [_record(2, s, 2.0) for s in range(len(deltas))]
+    long = [_record(2, s, 2.0 - d) for s, d in enumerate(deltas)]
+    return analysis.longer_training_changes(short, long)[0]
+
+  assert not changes([1.0, 2.0, 3.0])["resolved"]
+  assert changes([1.0, 2.0, 3.0, 2.0])["resolved"]
+  single = changes([1.0])
+  assert not single["resolved"] and np.isnan(single["mean_change_se"])
+
+
+def test_longer_training_refuses_a_model_recorded_twice():
+  runs = [_record(2, 0, 2.0), _record(2, 0, 2.1)]
+  with pytest.raises(ValueError, match="twice"):
+    analysis.longer_training_changes(runs, [_record(2, 0, 1.9)])
+
+
+def test_sign_test_matches_the_binomial_tail():
+  assert analysis.sign_test(3, 3) == pytest.approx(0.25)
+  assert analysis.sign_test(21, 21) == pytest.approx(2 * 0.5 ** 21)
+  assert analysis.sign_test(5, 10) == pytest.approx(1.0)

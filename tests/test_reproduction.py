@@ -200,3 +200,17 @@ def test_longer_training_entrypoint_pairs_the_committed_6000_and_12000_step_dept
                 for s in range(3)]
     np.testing.assert_allclose([float(x) for x in row[5].split(", ")], expected, atol=5e-5)
   assert "max_steps: 6000 -> 12000" in text
+
+
+def test_longer_training_refuses_runs_that_differ_in_more_than_the_schedule(tmp_path):
+  """Two runs whose configs differ in the learning rate are not the same models trained
+  longer: the report refuses them by field before writing anything."""
+  with open(os.path.join(REPO, "results", "depth_law", "results.json")) as f:
+    results = json.load(f)
+  for name, rate in (("short", 1e-3), ("long", 3e-3)):
+    (tmp_path / name).mkdir()
+    results["config"]["learning_rate"] = rate
+    (tmp_path / name / "results.json").write_text(json.dumps(results))
+  with pytest.raises(ValueError, match="learning_rate: 0.001 -> 0.003"):
+    report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
+  assert not (tmp_path / "long" / "longer_training.md").exists()

@@ -6,9 +6,9 @@ Depths 1..64 (powers of two), 3 seeds, evaluation on 100,000 shared contexts so 
 differences of a few tenths of a percent are resolved by paired standard errors. Training
 regime (BUILD_NOTES.md "Training regime", "Depth law", "Convergence"): Adam 1e-3 with cosine
 decay to zero over 24000 steps (at 3e-3 for 3000 steps the depth-4 and depth-8 models end
-above the depth-2 one; every depth > 1 ends resolvably higher over 6000 steps, by 0.4-0.9%,
-and over 12000, by 0.08-1.1%: results/depth_law_6000steps/, results/depth_law_12000steps/,
-although every model met the convergence rule at 12000), query and key weights drawn at the small
+above the depth-2 one; every model ends lower when the schedule doubles, from 6000 to 12000
+steps by 0.04-0.9% and from 12000 to 24000 by 0.04-1.1% per depth, although every model met
+the convergence rule at 12000: results/depth_law_6000steps/, results/depth_law_12000steps/), query and key weights drawn at the small
 scale 0.3 (initial logits of sd 0.5, so no layer starts saturated on the wrong tokens; the
 identity start gives the same depth-1 loss and a higher loss at every depth > 1:
 results/depth_law_identity/). About 57 minutes on 2 CPU cores to itself. Committed results:
