@@ -121,7 +121,7 @@ def checks(results: dict) -> list[tuple[bool, str]]:
                 f"({len(runs) - len(live)} diverged)."
                 + (" Under a decay to zero the rule only sees the loss stop as the rate "
                    "vanishes, not convergence: `experiments.longer_training` tests that by "
-                   "training the same models longer." if results["config"].get("schedule")
+                   "training the same models longer." if results.get("config", {}).get("schedule")
                    == "cosine" else "")))
   flagged = [r for r in runs if r.get("flagged")]
   lines.append((not flagged, "The run is clean: no model flagged." if not flagged else
