@@ -285,7 +285,8 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   return fit
 
 
-PAIRING_FIELDS = ("model", "task", "k", "a", "b", "depth", "seed")  # one trained model
+GRID_FIELDS = ("model", "task", "k", "a", "b")  # one grid: the runs behind one fit record
+PAIRING_FIELDS = GRID_FIELDS + ("depth", "seed")  # one trained model
 
 
 def _by_model(runs: list[dict], name: str) -> dict[tuple, dict]:

@@ -29,7 +29,7 @@ def grid_label(fit: dict) -> str:
 def runs_of(results: dict, fit: dict) -> list[dict]:
   """The run records of one fit's grid (same model, task, k and spectrum)."""
   return [r for r in results["runs"]
-          if all(r[f] == fit[f] for f in ("model", "task", "k", "a", "b"))]
+          if all(r[f] == fit[f] for f in analysis.GRID_FIELDS)]
 
 
 def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -121,8 +121,8 @@ def checks(results: dict) -> list[tuple[bool, str]]:
                 f"({len(runs) - len(live)} diverged)."
                 + (" Under a decay to zero the rule only sees the loss stop as the rate "
                    "vanishes, not convergence: `experiments.longer_training` tests that by "
-                   "training the same models longer." if results.get("config", {}).get("schedule")
-                   == "cosine" else "")))
+                   "training the same models longer."
+                   if results.get("config", {}).get("schedule") == "cosine" else "")))
   flagged = [r for r in runs if r.get("flagged")]
   lines.append((not flagged, "The run is clean: no model flagged." if not flagged else
                 f"The run is NOT clean: {len(flagged)} models flagged and kept out of the means "
@@ -638,6 +638,11 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
   unpaired_short, unpaired_long = analysis.unpaired_models(short["runs"], long["runs"])
   num_lower = sum(c["num_lower"] for c in changes)
   num_models = sum(len(c["changes"]) for c in changes)
+  t_quantiles = sorted({f"{c['t_critical']:.2f} at {len(c['changes'])} seeds"
+                        for c in changes if len(c["changes"]) > 1})
+  rows_by_grid: dict[tuple, list[dict]] = {}
+  for c in changes:
+    rows_by_grid.setdefault(tuple(c[f] for f in analysis.GRID_FIELDS), []).append(c)
   lines = ["# Trained longer: does the depth curve move?", "",
            f"The same models (paired by {', '.join(analysis.PAIRING_FIELDS)}) from `{short_dir}` "
            f"and `{long_dir}`, on the same held-out contexts: {num_models} pairs; "
@@ -647,17 +652,14 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
            + (f" (recorded by one run only: {', '.join(unrecorded)})" if unrecorded else "")
            + ". A depth's change is resolved when the seeds agree on it: |mean| > t x se, with "
            "t the two-sided 95% Student quantile on (seeds - 1) degrees of freedom ("
-           + ", ".join(sorted({f"{c['t_critical']:.2f} at {len(c['changes'])} seeds"
-                               for c in changes if len(c["changes"]) > 1})) + "). A resolved change means the shorter schedule had not converged at that "
-           "depth, whatever its convergence rule said; an unresolved one is not proof that it "
-           "had.", "",
+           + ", ".join(t_quantiles) + "). A resolved change means the shorter schedule had "
+           "not converged at that depth, whatever its convergence rule said; an unresolved "
+           "one is not proof that it had.", "",
            f"**{num_lower} of {num_models} models end lower** after the longer schedule "
-           f"(two-sided sign test against no change: p = {analysis.sign_test(num_lower, num_models):.2g})."]
-  grid_fields = ("model", "task", "k", "a", "b")
-  grids = sorted({tuple(c[f] for f in grid_fields) for c in changes})
-  for grid in grids:
-    rows = [c for c in changes if tuple(c[f] for f in grid_fields) == grid]
-    label = grid_label(dict(zip(grid_fields, grid)))
+           "(two-sided sign test against no change: "
+           f"p = {analysis.sign_test(num_lower, num_models):.2g})."]
+  for grid, rows in sorted(rows_by_grid.items()):
+    label = grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
     lines += ["", f"## {label}", "",
               "| L | seeds | steps (short -> long) | R_L short | R_L long | change per seed | "
               "mean change +- se | seeds lower | resolved |",
@@ -689,10 +691,9 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
             else fit["verdict"]))
   os.makedirs(os.path.join(long_dir, "figures"), exist_ok=True)
   fig, ax = plt.subplots(figsize=(6, 4.5))
-  for i, grid in enumerate(grids):
-    rows = [c for c in changes if tuple(c[f] for f in grid_fields) == grid]
+  for i, (grid, rows) in enumerate(sorted(rows_by_grid.items())):
     depths = [c["depth"] for c in rows]
-    label = grid_label(dict(zip(grid_fields, grid)))
+    label = grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
     ax.plot(depths, [c["short_loss"] for c in rows], "o--", color=f"C{i}", mfc="none",
             label=f"{label}, {max(rows[0]['short_steps'])} steps")
     ax.plot(depths, [c["long_loss"] for c in rows], "o-", color=f"C{i}",
