@@ -96,6 +96,21 @@ def test_combined_report(reproduction_root):
     assert os.path.isfile(os.path.join(reproduction_root, "figures", figure + ".png")), figure
 
 
+def test_table4_section_prints_the_depth_range_the_bounds_and_the_run_regime():
+  """Each row shows R_L from L = 1 to the deepest clean depth with its change in %, the
+  cosine bounds, and the explanation names the regime the runs trained in."""
+  fit = dict(model="softmax", k=2, a=0.25, b=0.5, resolved=False, verdict="flat",
+             depths=[1.0, 2.0, 4.0], losses=[0.50, 0.49, 0.48],
+             bound=dict(single=0.505, mixture=0.495))
+  config = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3, max_steps=24000)
+  lines = reproduction.table4_section([dict(fits=[fit], config=config), None])
+  row = next(line for line in lines if line.startswith("| 2 | (0.25, 0.5) |"))
+  assert "| flat |" in row and "| 0.93 |" in row
+  assert "0.5 -> 0.48 (L=4, -4.0%) | 0.505 | 0.495 |" in row
+  assert "random query/key start (scale 0.3) at learning rate 0.001 for 24000 steps" in lines[-1]
+  assert reproduction.table4_section([None, None])[-1].startswith("| - | - | not run")
+
+
 @pytest.mark.parametrize("name", ["table5", "selection"])
 def test_derived_configs_run_end_to_end(name, tmp_path):
   results = experiment.run(tiny.shrunk(_config(name)), str(tmp_path))
