@@ -596,10 +596,12 @@ def write_cosine_mixture_report(workdir: str) -> str:
 
 
 # Config fields two runs may set differently and still be compared model by model: the
-# schedule's length and which models each trained (a model's key depends on its seed and
-# depth only); anything else changes what a model is.
-SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "checkpoint_every",
-                              "ensemble_control")
+# schedule's length and which models each trained (a model's data and start depend on its
+# spectrum, seed and depth only: a grid of other spectra leaves it unchanged, as
+# results/table4_top16_depth_law_regime_12k/README.md measured); anything else changes what
+# a model is.
+SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "spectra",
+                              "checkpoint_every", "ensemble_control")
 
 
 def _config_differences(short_config: dict, long_config: dict) -> tuple[list[str], list[str]]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import tables
-from inverse_depth import config as config_lib, experiment, report, reproduction
+from inverse_depth import analysis, config as config_lib, experiment, report, reproduction
 from inverse_depth.config import ConfigError
 from tests import REPO, tiny
 
@@ -215,6 +215,29 @@ def test_longer_training_entrypoint_pairs_the_committed_6000_and_12000_step_dept
                 for s in range(3)]
     np.testing.assert_allclose([float(x) for x in row[5].split(", ")], expected, atol=5e-5)
   assert "max_steps: 6000 -> 12000" in text
+
+
+def test_longer_training_pairs_a_run_of_one_spectrum_with_a_grid_of_several(tmp_path):
+  """A long run of one of the short run's spectra is compared on that spectrum's models; the
+  other spectra's models are counted as having no partner."""
+  with open(os.path.join(REPO, "results", "table4_top16_depth_law_regime_12k",
+                         "results.json")) as f:
+    results = json.load(f)
+  (tmp_path / "short").mkdir()
+  (tmp_path / "short" / "results.json").write_text(json.dumps(results))
+  kept = [r for r in results["runs"] if (r["a"], r["b"]) == (0.0, 0.25)]
+  clean = analysis.clean_runs(results["runs"])
+  results["runs"] = kept
+  results["fits"] = [f for f in results["fits"] if (f["a"], f["b"]) == (0.0, 0.25)]
+  results["config"]["spectra"] = [[0.0, 0.25]]
+  results["config"]["max_steps"] = 24000
+  (tmp_path / "long").mkdir()
+  (tmp_path / "long" / "results.json").write_text(json.dumps(results))
+  path = report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
+  with open(path) as f:
+    text = f.read()
+  assert f"{len(clean) - len(kept)} clean models of the short run and 0 of the long" in text
+  assert "0 of 12 models end lower" in text  # the same models, unchanged
 
 
 def test_longer_training_refuses_runs_that_differ_in_more_than_the_schedule(tmp_path):
