@@ -311,8 +311,9 @@ def write_generalized_report(root: str) -> str:
             "fit resolves one with 0.5 <= alpha <= 1.5 and R^2 >= 0.95, a fall where no "
             "doubling rises and at most one fails to fall, and cannot say where the mean "
             f"validation loss still fell by more than {100 * UNDER_TRAINED_FALL:g}% over the "
-            "last evaluation interval or more than half the models are flagged. C.1 and C.3 are cascaded: their layer predictors "
-            "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
+            "last evaluation interval or more than half the models are flagged. C.1 and C.3 "
+            "are cascaded: their layer predictors are f_l = z_0 + L (z_l - z_{l-1}), so "
+            "R = C + (A - C)/L holds exactly for them too.",
             "", "## Learned context weight m (C.3)", "",
             "m alone is not identifiable: the output depends on m only through g_{j+1} m^j "
             "(g_j = W_o W_v^j W_y), so (W_v, W_o, m) -> (c W_v, W_o / c, m / c) leaves every "

@@ -230,7 +230,7 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
   the deepest clean depth, and the best single cosine layer and mixture of cosine layers."""
   header = ["## Table 4: softmax depth exponents", "",
             "| k | (a, b) | alpha (ours) | R^2 | L0 | paper alpha | diff | R_L, L = 1 -> deepest "
-            "| best single cosine layer | best mixture |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "| best single cosine layer | best mixture |", "|---" * 10 + "|"]
   rows = []
   for results in table_results:
     for fit in _fits(results, "softmax"):
@@ -259,12 +259,13 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       "few percent below the single layer. A fit of L0, c and alpha resolves an exponent only "
       "where R_L bends over depth by more than its paired errors. These runs train from the "
       f"{config['qk_init']} query/key start (scale {config['qk_init_scale']:g}) at learning "
-      f"rate {config['learning_rate']:g} for {config['max_steps']} steps; at the cpu tier's "
-      "budget the deep models have not settled (BUILD_NOTES \"Reproduction at the cpu "
-      "tier\"). The same spectra trained in depth_law.py's regime for 12000 and 24000 steps "
-      "are in results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k "
-      "(top-16: results/table4_top16_depth_law_regime_12k); their READMEs give the "
-      "exponents there.")]
+      f"rate {config['learning_rate']:g} for {config['max_steps']} steps; deep models need "
+      "more steps to settle than shallow ones, and a short budget flattens the curve "
+      "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained in "
+      "depth_law.py's regime for 12000 and 24000 steps are in "
+      "results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k (top-16: "
+      "results/table4_top16_depth_law_regime_12k and _24k); their READMEs give the exponents "
+      "there and which depths carry them.")]
 
 
 def table5_section(results: dict | None) -> list[str]:
@@ -298,8 +299,9 @@ def table5_section(results: dict | None) -> list[str]:
       "there is no floor to measure the gap from; against the best single cosine layer the "
       "gap closes more slowly than 1/L: C_L is still rising at the deepest depths, and the "
       "disagreement A_L - C_L grows with depth where the paper finds both levelling off "
-      "(figure below). The exponent steepens with longer training: results/depth_law's report gives the gap "
-      "fit of depth_law.py's 24000-step run.")]
+      "(figure below). The exponent steepens with longer training: the reports of "
+      "results/depth_law and results/table4_depth_law_regime_24k give the gap fits of "
+      "24000-step runs.")]
 
 
 def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], list]:

@@ -200,7 +200,8 @@ def test_longer_training_entrypoint_pairs_the_committed_6000_and_12000_step_dept
     dirs[name].mkdir()
     shutil.copy(os.path.join(REPO, "results", name, "results.json"), dirs[name])
   subprocess.run([sys.executable, "-m", "experiments.longer_training",
-                  f"--short={dirs['depth_law_6000steps']}", f"--long={dirs['depth_law_12000steps']}"],
+                  f"--short={dirs['depth_law_6000steps']}",
+                  f"--long={dirs['depth_law_12000steps']}"],
                  cwd=REPO, check=True, capture_output=True)
   text = (dirs["depth_law_12000steps"] / "longer_training.md").read_text()
   assert (dirs["depth_law_12000steps"] / "figures" / "longer_training.png").stat().st_size > 0

@@ -68,7 +68,8 @@ def test_checksum_sees_one_changed_bit():
   """The fallback relies on state_checksum catching any change of the state's bytes."""
   config = tiny.tiny_config()
   trainer = GridTrainer("softmax", config_lib.problem(config, "softmax"), (1, 2), (0,),
-                        config_lib.train_settings(config), N=config_lib.width(config, "softmax"), init_scales=InitScales(),
+                        config_lib.train_settings(config), N=config_lib.width(config, "softmax"),
+                        init_scales=InitScales(),
                         init_key=jax.random.key(0), data_key=jax.random.key(1))
   state = trainer.init_state()
   W_q = np.asarray(state.params["layer"]["W_q"])
