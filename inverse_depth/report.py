@@ -471,7 +471,8 @@ def write_report(workdir: str) -> str:
     mixture_text = (f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}"
                     if bound.get("kind") == "softmax_bound" else "-")
     deepest = fit["losses"][-1] if fit["losses"] else float("nan")
-    lines.append(f"| {grid_label(fit)} | {fit['L0']:.4g} | {deepest:.4g} | {theory_text} | "
+    floor_text = f"{fit['L0']:.4g}" if fit.get("resolved") else "not resolved"
+    lines.append(f"| {grid_label(fit)} | {floor_text} | {deepest:.4g} | {theory_text} | "
                  f"{mixture_text} | {target if target is not None else '-'} |")
   lines += _cosine_layers_section(results)
   lines += _ensemble_comparison(results)

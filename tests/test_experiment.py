@@ -236,6 +236,10 @@ def test_report_from_synthetic_results(tmp_path, depths):
   assert sum("| 1 (held) | 1.0000 |" in row for row in window_rows) == len(window_rows) / 2
   if len(depths) == 1:  # nothing to pair: no monotonicity verdict either way
     assert "loss monotone" not in text
+  # The theory table prints a floor only where the fit resolves one.
+  against_theory = text.split("## Against theory")[1]
+  floor_text = f"{fits[0]['L0']:.4g}" if len(depths) > 1 else "not resolved"
+  assert f"| softmax, top-2, (a,b)=(0,0) | {floor_text} |" in against_theory
 
 
 @pytest.mark.slow
