@@ -111,6 +111,25 @@ def test_table4_section_prints_the_depth_range_the_bounds_and_the_run_regime():
   assert reproduction.table4_section([None, None])[-1].startswith("| - | - | not run")
 
 
+def test_table5_reading_follows_the_gap_fits_it_sits_under():
+  """The paragraph under Table 5 is read from the numbers: an exponent within two standard
+  errors of the paper's range agrees; otherwise it says how the gap closes and counts the
+  spectra whose C_L and A_L - C_L still rise over the last doubling."""
+  nan = float("nan")
+  rising = dict(shared_error=[nan, 1.0, 1.2], disagreement=[nan, 0.5, 0.4])
+  settled = dict(shared_error=[nan, 1.0, 0.9], disagreement=[nan, 0.5, 0.6])
+  slow = [dict(alpha=0.40, alpha_se=0.04), dict(alpha=0.45, alpha_se=0.05)]
+  text = reproduction.table5_reading([rising, settled], slow)
+  assert text.startswith("Why ours differ: the gap exponents here are 0.40-0.45")
+  assert "closes more slowly than 1/L in 2 of 2 fits" in text
+  assert "C_L still rises in 1 of 2 spectra and the disagreement A_L - C_L in 1 of 2" in text
+  near = [dict(alpha=0.90, alpha_se=0.05), dict(alpha=1.05, alpha_se=0.04)]
+  assert "agree with the paper's" in reproduction.table5_reading([rising], near)
+  assert "faster than 1/L in 1 of 1" in reproduction.table5_reading(
+      [rising], [dict(alpha=1.5, alpha_se=0.1)])
+  assert reproduction.table5_reading([rising], []).startswith("No gap fit resolves")
+
+
 @pytest.mark.parametrize("name", ["table5", "selection"])
 def test_derived_configs_run_end_to_end(name, tmp_path):
   results = experiment.run(tiny.shrunk(_config(name)), str(tmp_path))
