@@ -324,6 +324,9 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
   rising_disagreement = sum(_last_doubling_rises(fit, "disagreement") for fit in fits)
   rate = ("more slowly than" if max(misses) < low else "faster than" if min(misses) > high
           else "at another rate than")
+  unresolved_floor = (" Where the fitted L0 is not resolved (the Table 4 section says why) the "
+                      "gap is measured from the best single cosine layer."
+                      if any(not fit.get("resolved") for fit in fits) else "")
   return (
       f"Why ours differ: the gap exponents here are {span}, against the paper's {low}-{high} "
       "(an exponent near 1 says the shared error C_L, the mean product of two different "
@@ -331,8 +334,7 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
       f"closes {rate} 1/L in {len(misses)} of {len(gaps)} fits. Over the last doubling of "
       f"depth C_L still rises in {rising_shared} of {len(fits)} spectra and the disagreement "
       f"A_L - C_L in {rising_disagreement} of {len(fits)}, where the paper finds both "
-      "levelling off (figure below). Where the fitted L0 is not resolved (the Table 4 section says why) the gap is "
-      "measured from the best single cosine layer. The reports of results/depth_law and "
+      f"levelling off (figure below).{unresolved_floor} The reports of results/depth_law and "
       "results/table4_depth_law_regime_24k give the gap fits of 24000-step runs.")
 
 

@@ -123,6 +123,9 @@ def test_table5_reading_follows_the_gap_fits_it_sits_under():
   assert text.startswith("Why ours differ: the gap exponents here are 0.40-0.45")
   assert "closes more slowly than 1/L in 2 of 2 fits" in text
   assert "C_L still rises in 1 of 2 spectra and the disagreement A_L - C_L in 1 of 2" in text
+  assert "measured from the best single cosine layer" in text  # neither fit resolved L0
+  resolved = [dict(rising, resolved=True)]
+  assert "best single cosine layer" not in reproduction.table5_reading(resolved, slow)
   near = [dict(alpha=0.90, alpha_se=0.05), dict(alpha=1.05, alpha_se=0.04)]
   assert "agree with the paper's" in reproduction.table5_reading([rising], near)
   assert "faster than 1/L in 1 of 1" in reproduction.table5_reading(
