@@ -266,8 +266,8 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained in "
       "depth_law.py's regime for 12000 and 24000 steps are in "
       "results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k (top-16: "
-      "results/table4_top16_depth_law_regime_12k and _24k); their READMEs give the exponents "
-      "there and which depths carry them.")]
+      "results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra); their READMEs "
+      "give the exponents there and which depths carry them.")]
 
 
 def table5_section(results: dict | None) -> list[str]:
