@@ -63,7 +63,7 @@ def observed_trend(fit: dict) -> str:
   """Our depth trend of one grid: "law" (a resolved fit R_L = L0 + c L^-alpha with
   0.5 <= alpha <= 1.5 and R^2 >= 0.95), "falls" (no doubling rises and at most one fails to
   fall beyond 2 paired standard errors) or "none"."""
-  if (fit.get("resolved") and 0.5 <= fit["alpha"] <= 1.5 and fit["r2"] >= 0.95):
+  if (fit["resolved"] and 0.5 <= fit["alpha"] <= 1.5 and fit["r2"] >= 0.95):
     return "law"
   paired = fit.get("paired_differences", [])
   falls, rises = falls_and_rises(fit)
@@ -108,7 +108,7 @@ def trend_sentence(fit: dict) -> str:
   falls, rises = falls_and_rises(fit)
   steps = len(fit.get("paired_differences", []))
   law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
-         f"(R^2 {fit['r2']:.3f})" if fit.get("resolved") else fit.get("verdict", "no fit"))
+         f"(R^2 {fit['r2']:.3f})" if fit["resolved"] else fit.get("verdict", "no fit"))
   return (f"R_{last_depth} / R_{first_depth} = {last / first:.3f}; of {steps} "
           f"depth doublings {falls} fall and {rises} rise beyond 2 paired standard errors; "
           f"{law}")

@@ -53,7 +53,7 @@ def plot_depth_scaling(results: dict, path: str) -> None:
                 alpha=0.35)
     depths, losses = by_depth(runs, "eval_loss")
     ax.plot(depths, losses, "o", color=color, label=grid_label(fit))
-    if fit.get("resolved", np.isfinite(fit["alpha"])):
+    if fit["resolved"]:
       dense = np.geomspace(depths.min(), depths.max(), 100)
       ax.plot(dense, _fit_curve(fit, dense), "-", color=color, alpha=0.8,
               label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
@@ -135,7 +135,7 @@ def checks(results: dict) -> list[tuple[bool, str]]:
   worst_residual = max(abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in runs)
   lines.append((worst_residual < 1e-6,
                 f"Identity R = C + (A - C)/L holds to a relative {worst_residual:.1e} (float64 "
-                "analysis of float32 predictions)."))
+                "analysis of float32 predictions; needs < 1e-6)."))
   by_problem = {}
   for fit in results["fits"]:
     by_problem.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
@@ -148,10 +148,11 @@ def checks(results: dict) -> list[tuple[bool, str]]:
       lines += _linear_checks(lin, runs_of(results, lin))
     if soft is not None and lin is not None and soft["losses"] and lin["losses"]:
       ratio = soft["losses"][-1] / lin["losses"][-1]
+      floors = ", ".join(f"{name} {fit['L0']:.3g}" if fit["resolved"] else f"{name} not resolved"
+                         for name, fit in (("softmax", soft), ("linear", lin)))
       lines.append((ratio < 0.5,
-                    f"{grid_label(soft)}: deepest softmax loss is {ratio:.2f}x the deepest "
-                    f"linear loss (fitted floors L0: softmax {soft['L0']:.3g}, linear "
-                    f"{lin['L0']:.3g})."))
+                    f"{grid_label(soft)}: deepest softmax loss is {ratio:.2g}x the deepest "
+                    f"linear loss (needs < 0.5x; fitted floors L0: {floors})."))
   return lines
 
 
@@ -176,7 +177,7 @@ def _softmax_checks(fit: dict) -> list[tuple[bool, str]]:
     lines.append((excess < 0.1, f"{label}: R_1 = {losses[0]:.4g} is {100 * excess:+.1f}% from the "
                   f"best single cosine-attention layer {bound['single']:.4g} +- "
                   f"{bound['single_se']:.2g} (needs < +10%)."))
-  if not fit.get("resolved", True):
+  if not fit["resolved"]:
     lines.append((False, f"{label}: {fit.get('verdict', 'fit not resolved')}."))
   elif len(losses) >= 2:
     in_law = 0.7 <= fit["alpha"] <= 1.3 and fit["r2"] >= 0.99
@@ -192,7 +193,7 @@ def _softmax_checks(fit: dict) -> list[tuple[bool, str]]:
                   f"{gap[-2]:.4g} -> {gap[-1]:.4g}, {100 * gap_change:+.1f}%; needs within 5% and "
                   "20%)."))
   target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-  if target is not None and not fit.get("resolved", True):
+  if target is not None and not fit["resolved"]:
     lines.append((False, f"{label}: no floor L0 fitted to compare with the paper's Table 1 "
                   f"floor {target:.4g} (fit not resolved)."))
   elif target is not None and np.isfinite(fit["L0"]):
@@ -214,7 +215,7 @@ def _linear_checks(fit: dict, runs: list[dict]) -> list[tuple[bool, str]]:
     lines.append((tail_change < 0.05,
                   f"{label}: loss flattens after one or two layers (change from "
                   f"L={fit['depths'][1]:g} to L={fit['depths'][-1]:g}: "
-                  f"{100 * tail_change:.1f}%)."))
+                  f"{100 * tail_change:.1f}%; needs < 5%)."))
   bound = fit.get("bound")
   if bound and len(losses):
     deepest, deepest_se, measure = analysis.plateau_loss(runs, fit, fit["depths"][-1])
@@ -330,7 +331,7 @@ def _ensemble_comparison(results: dict) -> list[str]:
     for depth in sorted(set(columns[0]) | set(columns[2])):
       joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
       lines.append(f"| {depth} | {joint_R:.4f} | {ensemble_R:.4f} | {joint_R - ensemble_R:+.4f} "
-                   f"| {joint_gap:.4g} | {ensemble_gap:.2g} |")
+                   f"| {joint_gap:.3g} | {ensemble_gap:.3g} |")
   return lines
 
 
@@ -378,16 +379,19 @@ def plot_selection(results: dict, path: str) -> None:
   save_figure(fig, path)
 
 
-def _window_fits(results: dict, min_depths: int = 4) -> list[str]:
-  """The depth fit again over L >= L_min, for grids with more than min_depths depths, with
-  alpha free and with alpha held at the paper's 1."""
+WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
+
+
+def _window_fits(results: dict) -> list[str]:
+  """The depth fit again over L >= L_min, for grids with more than WINDOW_MIN_DEPTHS depths,
+  with alpha free and with alpha held at the paper's 1."""
   rows = []
   for fit in results["fits"]:
-    if len(fit["depths"]) <= min_depths:
+    if len(fit["depths"]) <= WINDOW_MIN_DEPTHS:
       continue
     target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
     for alpha in (None, 1.0):
-      for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], min_depths,
+      for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], WINDOW_MIN_DEPTHS,
                                                alpha=alpha):
         depths = f"{window['smallest_depth']:g}..{max(fit['depths']):g}"
         exponent = (f"{alpha:g} (held)" if alpha else
@@ -449,10 +453,10 @@ def write_report(workdir: str) -> str:
             "| grid | L0 | c | alpha | R^2 | gap fit alpha (L0 - C_L = c L^-alpha) |",
             "|---|---|---|---|---|---|"]
   for fit in results["fits"]:
-    gap = fit.get("gap_fit") if fit.get("resolved", True) else None  # no L0 to fit a gap to
+    gap = fit.get("gap_fit") if fit["resolved"] else None  # no L0 to fit a gap to
     gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}"
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
-    if fit.get("resolved", True):
+    if fit["resolved"]:
       lines.append(f"| {grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
                    f"{fit['c']:.4g} +- {fit['c_se']:.2g} | {fit['alpha']:.3f} +- "
                    f"{fit['alpha_se']:.3f} | {fit['r2']:.4f} | {gap_text} |")
@@ -471,7 +475,7 @@ def write_report(workdir: str) -> str:
     mixture_text = (f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}"
                     if bound.get("kind") == "softmax_bound" else "-")
     deepest = fit["losses"][-1] if fit["losses"] else float("nan")
-    floor_text = f"{fit['L0']:.4g}" if fit.get("resolved") else "not resolved"
+    floor_text = f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved"
     lines.append(f"| {grid_label(fit)} | {floor_text} | {deepest:.4g} | {theory_text} | "
                  f"{mixture_text} | {target if target is not None else '-'} |")
   lines += _cosine_layers_section(results)
@@ -605,12 +609,12 @@ SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "spectra",
                               "checkpoint_every", "ensemble_control")
 
 
-def _config_differences(short_config: dict, long_config: dict) -> tuple[list[str], list[str]]:
-  """(`field: short -> long` for every field both configs set differently, the fields only
-  one of them records: added to the config between the two runs)."""
-  differing = [f"{field}: {short_config[field]} -> {long_config[field]}"
+def _config_differences(short_config: dict, long_config: dict) -> tuple[dict, list[str]]:
+  """({field: `field: short -> long`} for every field both configs set differently, the
+  fields only one of them records: added to the config between the two runs)."""
+  differing = {field: f"{field}: {short_config[field]} -> {long_config[field]}"
                for field in sorted(short_config.keys() & long_config.keys())
-               if short_config[field] != long_config[field]]
+               if short_config[field] != long_config[field]}
   return differing, sorted(short_config.keys() ^ long_config.keys())
 
 
@@ -623,14 +627,16 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
   results.json alone: per grid and depth, the change in R_L when the same models train for
   the longer schedule (`analysis.longer_training_changes`), a sign test over the grid, and
   both curves' fits over the paired models; returns the report's path. Raises ValueError
-  when the configs differ in more than SCHEDULE_COMPARISON_FIELDS or share no clean model."""
+  when the configs differ in more than SCHEDULE_COMPARISON_FIELDS or share no clean model.
+  A field only one config records (added to the code between the two runs) is listed in the
+  report, not checked: the older run ran with that field's default."""
   loaded = []
   for workdir in (short_dir, long_dir):
     with open(os.path.join(workdir, "results.json")) as f:
       loaded.append(json.load(f))
   short, long = loaded
   differing, unrecorded = _config_differences(short["config"], long["config"])
-  other = [d for d in differing if d.split(":")[0] not in SCHEDULE_COMPARISON_FIELDS]
+  other = [text for field, text in differing.items() if field not in SCHEDULE_COMPARISON_FIELDS]
   if other:
     raise ValueError(f"{short_dir} and {long_dir} differ in more than the schedule's length "
                      f"(allowed: {', '.join(SCHEDULE_COMPARISON_FIELDS)}): {'; '.join(other)}")
@@ -651,7 +657,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
            f"and `{long_dir}`, on the same held-out contexts: {num_models} pairs; "
            f"{unpaired_short} clean models of the short run and {unpaired_long} of the long "
            "run have no partner. Config fields that differ: "
-           + ("; ".join(differing) if differing else "none")
+           + ("; ".join(differing.values()) if differing else "none")
            + (f" (recorded by one run only: {', '.join(unrecorded)})" if unrecorded else "")
            + ". A depth's change is resolved when the seeds agree on it: |mean| > t x se, with "
            "t the two-sided 95% Student quantile on (seeds - 1) degrees of freedom ("
@@ -685,9 +691,10 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
       lines += ["", "No depth's change is resolved at these seeds."]
     if len(rows) >= 3:
       depths = [c["depth"] for c in rows]
+      has_floor = dict(zip(analysis.GRID_FIELDS, grid))["task"] == "topk"
       for name in ("short", "long"):
         fit = analysis.fit_depth_scaling(depths, [c[f"{name}_loss"] for c in rows],
-                                         fit_floor=grid[1] == "topk")
+                                         fit_floor=has_floor)
         lines.append(f"- fit of the {name} run over the paired models: " + (
             f"L0 = {fit['L0']:.4g} +- {fit['L0_se']:.2g}, alpha = {fit['alpha']:.3f} +- "
             f"{fit['alpha_se']:.3f}, R^2 = {fit['r2']:.4f}" if fit["resolved"]

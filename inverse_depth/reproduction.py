@@ -45,6 +45,10 @@ def _percent(ours: float, theirs: float | None) -> str:
   return f"{100 * (ours / theirs - 1):+.1f}%"
 
 
+def _value_or_dash(value: float | None) -> str:
+  return "-" if value is None else f"{value:g}"
+
+
 def _fits(results: dict | None, model: str) -> list[dict]:
   return [f for f in (results or {}).get("fits", []) if f["model"] == model]
 
@@ -57,7 +61,7 @@ def deepest(fit: dict) -> tuple[int | None, float]:
 def floor_of(fit: dict) -> tuple[float, str]:
   """A grid's floor: the fitted L0 where the fit resolves a depth law with a floor, else the
   deepest clean loss (a plateau); with the words saying which."""
-  if fit.get("resolved") and np.isfinite(fit["L0"]) and fit["L0"] > 0:
+  if fit["resolved"] and np.isfinite(fit["L0"]) and fit["L0"] > 0:
     return fit["L0"], "fitted L0"
   depth, loss = deepest(fit)
   return loss, f"R at L={depth}" if depth else "no clean model"
@@ -79,7 +83,7 @@ def table1_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
   """Table 1 rows (both models, seven spectra) and the checks the issue asks for."""
   lines = ["## Table 1: floors on the difficult task (top-2)", ""]
   if results is None:
-    return lines + ["Not run (runs/reproduce/table1 has no results.json)."], []
+    return lines + ["Not run (no results.json for table1)."], []
   lines += ["| (a, b) | softmax floor | paper | diff | best single cosine layer | best mixture | "
             "linear floor | paper | diff | theory T - h^T G^+ h | "
             "linear floor vs its L = 2 loss (same measure) |",
@@ -140,7 +144,7 @@ def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
   `value_init="identity"` model with step 1) and the best degree-L polynomial."""
   lines = ["## Table 2: linear model, easy task: R_L = c L^-alpha", ""]
   if results is None:
-    return lines + ["Not run (runs/reproduce/table2 has no results.json)."], []
+    return lines + ["Not run (no results.json for table2)."], []
   lines += ["| (a, b) | zeta | alpha (ours) | R^2 | 2 zeta | paper alpha | diff | between zeta "
             "and 2 zeta? | slope of L unit steps, same depths | slope of the best polynomial, "
             "same depths | losses by depth |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -149,7 +153,7 @@ def table2_section(results: dict | None) -> tuple[list[str], list[tuple[bool, st
   for fit in _fits(results, "linear"):
     a, b, depths = fit["a"], fit["b"], fit["depths"]
     z = theory.zeta(a, b)
-    alpha = fit["alpha"] if fit.get("resolved") else float("nan")
+    alpha = fit["alpha"] if fit["resolved"] else float("nan")
     inside = z <= alpha <= 2 * z
     target = paper.TABLE2_ALPHA.get((a, b))
     repeated = _slope(depths, [theory.repeated_update_risk(d=d, a=a, b=b, depth=int(L))
@@ -180,7 +184,7 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   (`linear_grids`: (fit record, its run records))."""
   lines = ["## Table 3: linear floor, theory against trained", ""]
   if not linear_grids:
-    return lines + ["Not run (no linear difficult-task grid under runs/reproduce)."], []
+    return lines + ["Not run (no linear difficult-task grid in table1, table3 or table3_top2)."], []
   lines += ["| k | (a, b) | theory T - h^T G^+ h | trained: loss averaged over beta (deepest L) "
             "| diff | trained: held-out MSE | floor at this P (S^r q) | diff | paper theory | "
             "paper trained |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -197,12 +201,15 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     context_floor = bound.get("context_floor")  # absent from bounds computed before it existed
     at_this_P = (f"{context_floor:.4g} +- {bound['context_floor_se']:.2g} | "
                  f"{_percent(trained, context_floor)}" if context_floor else "- | -")
-    averaged_cell = (f"{trained:.4g} +- {trained_se:.2g} (L={depth})"
-                     if measure == "averaged over beta" else f"not recorded (L={depth})")
+    averaged = measure == "averaged over beta"  # else plateau_loss fell back to the MSE
+    averaged_cell = (f"{trained:.4g} +- {trained_se:.2g} (L={depth})" if averaged
+                     else f"not recorded (L={depth})")
+    averaged_diff = _percent(trained, bound["floor"]) if averaged else "-"
     lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {bound['floor']:.4g} +- "
                  f"{bound['floor_se']:.2g} | {averaged_cell} | "
-                 f"{_percent(trained, bound['floor'])} | {held_out:.4g} +- {held_out_se:.2g} | "
-                 f"{at_this_P} | {quoted.get('theory') or '-'} | {quoted.get('trained') or '-'} |")
+                 f"{averaged_diff} | {held_out:.4g} +- {held_out_se:.2g} | "
+                 f"{at_this_P} | {_value_or_dash(quoted.get('theory'))} | "
+                 f"{_value_or_dash(quoted.get('trained'))} |")
     checks.append((abs(trained / bound["floor"] - 1) < 0.05, f"Table 3 k={fit['k']} "
                    f"({fit['a']:g}, {fit['b']:g}): trained {trained:.4g} ({measure}) is "
                    f"{_percent(trained, bound['floor'])} from theory {bound['floor']:.4g} "
@@ -237,12 +244,12 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
   for results in table_results:
     for fit in _fits(results, "softmax"):
       target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
-      if fit.get("resolved"):
+      if fit["resolved"]:
         cells = [f"{fit['alpha']:.3f} +- {fit['alpha_se']:.2g}", f"{fit['r2']:.4f}",
-                 f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}", str(target),
+                 f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}", _value_or_dash(target),
                  _percent(fit["alpha"], target)]
       else:
-        cells = [str(fit.get("verdict")), "-", "-", str(target), "-"]
+        cells = [str(fit.get("verdict")), "-", "-", _value_or_dash(target), "-"]
       depth, loss = deepest(fit)
       span = (f"{fit['losses'][0]:.4g} -> {loss:.4g} (L={depth}, "
               f"{_percent(loss, fit['losses'][0])})" if depth and fit["depths"][0] == 1 else "-")
@@ -256,7 +263,7 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
   return header + rows + ["", (
       "Why ours differ: the paper's exponent describes a curve that levels off onto a floor "
       "within its depths. Here R_L moves by a few percent from L = 1 to the deepest clean "
-      "depth (column; where it rises, the deeper models are flagged), and the best mixture "
+      "depth (column; SPEC 7: a rise means under-training), and the best mixture "
       "of cosine layers, the lowest loss an average of cosine layers reaches, lies at most a "
       "few percent below the single layer. A fit of L0, c and alpha resolves an exponent only "
       "where R_L bends over depth by more than its paired errors. These runs train from the "
@@ -279,13 +286,15 @@ def table5_section(results: dict | None) -> list[str]:
            f"Paper: alpha {low}-{high} for all seven spectra.", "",
            "| (a, b) | alpha with the fitted L0 | alpha with L0 = best single cosine layer "
            "(R^2) | C_L by depth |", "|---|---|---|---|"]
+  if results is None:
+    return lines + ["Not run (no results.json for table1)."]
   fits, gaps = _fits(results, "softmax"), []
   for fit in fits:
     shared = ", ".join(f"{L:g}: {C:.4g}" for L, C in zip(fit["depths"], fit["shared_error"])
                        if np.isfinite(C))
     cells = [f"({fit['a']:g}, {fit['b']:g})"]
     bound = fit.get("bound") or {}
-    for gap in (fit.get("gap_fit") if fit.get("resolved") else None,
+    for gap in (fit.get("gap_fit") if fit["resolved"] else None,
                 analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
                 if bound.get("single") else None):
       if gap and np.isfinite(gap["alpha"]):
@@ -326,7 +335,7 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
           else "at another rate than")
   unresolved_floor = (" Where the fitted L0 is not resolved (the Table 4 section says why) the "
                       "gap is measured from the best single cosine layer."
-                      if any(not fit.get("resolved") for fit in fits) else "")
+                      if any(not fit["resolved"] for fit in fits) else "")
   return (
       f"Why ours differ: the gap exponents here are {span}, against the paper's {low}-{high} "
       "(an exponent near 1 says the shared error C_L, the mean product of two different "
@@ -341,18 +350,19 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
 def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], list]:
   lines = ["## Easy task (top-1 copy): one softmax layer solves it", ""]
   if results is None:
-    return lines + ["Not run (runs/reproduce/easy has no results.json)."], []
+    return lines + ["Not run (no results.json for easy)."], []
   lines += ["| model | depth | R_L (mean over unflagged seeds) | E[y*^2] | "
             "final top-1 attention mass |", "|---|---|---|---|---|"]
   last_mass = {}
   for record in metrics:
     if "selected_mass" in record:
-      last_mass[record["model"]] = np.mean(record["selected_mass"], axis=0)
+      last_mass[record["model"], record["a"], record["b"]] = np.mean(record["selected_mass"],
+                                                                      axis=0)
   checks = []
   for fit in results["fits"]:
     runs = report.runs_of(results, fit)
     second = np.mean([r["target_second_moment"] for r in runs])
-    mass = last_mass.get(fit["model"])
+    mass = last_mass.get((fit["model"], fit["a"], fit["b"]))
     grid_depths = sorted({r["depth"] for r in runs})  # the columns of selected_mass
     for L, R in zip(fit["depths"], fit["losses"]):
       mass_text = f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"
@@ -360,7 +370,7 @@ def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], 
     if fit["model"] == "softmax" and fit["depths"] and fit["depths"][0] == 1:
       R1 = fit["losses"][0]
       checks.append((R1 < 0.01 * second, f"Easy task: one softmax layer reaches R_1 = {R1:.3g} "
-                     f"({100 * R1 / second:.2f}% of E[y*^2] = {second:.3g}; needs < 1%)."))
+                     f"({100 * R1 / second:.2g}% of E[y*^2] = {second:.3g}; needs < 1%)."))
   return lines, checks
 
 
@@ -397,7 +407,7 @@ def plot_table1(results: dict, path: str) -> None:
   for model, row in (("softmax", 0), ("linear", 1)):
     for ax, fit in zip(axes[row], _fits(results, model)):
       ax.plot(fit["depths"], fit["losses"], "o", ms=4)
-      if fit.get("resolved"):
+      if fit["resolved"]:
         dense = np.geomspace(min(fit["depths"]), max(fit["depths"]), 50)
         ax.plot(dense, fit["L0"] + fit["c"] * dense ** -fit["alpha"], "-", lw=1)
       bound = fit.get("bound") or {}
@@ -496,15 +506,15 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
     ax.set_title(f"{name}: {model} ({a:g},{b:g})", fontsize=7)
     ax.tick_params(labelsize=6)
   labelled = next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)
-  if labelled is not None:  # a panel of a run without fits has no depth labels
+  if labelled is not None:  # None when there are no metrics lines at all
     labelled.legend(fontsize=5)
   report.save_figure(fig, path)
 
 
 def run_times_sentence(all_results: dict[str, dict], names) -> str:
   """'Runs, with their training and evaluation time ...: NAME (M min), ...' for a report."""
-  return ("Runs, with their training and evaluation time (theory bounds and compilation not "
-          "counted): " + ", ".join(f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
+  return ("Runs, with their training and evaluation time (compilation included, theory bounds "
+          "not): " + ", ".join(f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
                                    if name in all_results else f"{name} (not run)"
                                    for name in names) + ".")
 
@@ -541,7 +551,8 @@ def write_combined_report(root: str) -> str:
   if table1:
     plot_table1(table1, os.path.join(figures, "table1_depth.png"))
     plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
-    report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
+    if report.selection_records(table1):  # selection_section links it only then
+      report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
     figure_lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear "
                      "theory floor; dotted: best mixture):", "",
                      "![table 1](figures/table1_depth.png)", "",

@@ -116,8 +116,8 @@ def test_table5_reading_follows_the_gap_fits_it_sits_under():
   errors of the paper's range agrees; otherwise it says how the gap closes and counts the
   spectra whose C_L and A_L - C_L still rise over the last doubling."""
   nan = float("nan")
-  rising = dict(shared_error=[nan, 1.0, 1.2], disagreement=[nan, 0.5, 0.4])
-  settled = dict(shared_error=[nan, 1.0, 0.9], disagreement=[nan, 0.5, 0.6])
+  rising = dict(shared_error=[nan, 1.0, 1.2], disagreement=[nan, 0.5, 0.4], resolved=False)
+  settled = dict(shared_error=[nan, 1.0, 0.9], disagreement=[nan, 0.5, 0.6], resolved=False)
   slow = [dict(alpha=0.40, alpha_se=0.04), dict(alpha=0.45, alpha_se=0.05)]
   text = reproduction.table5_reading([rising, settled], slow)
   assert text.startswith("Why ours differ: the gap exponents here are 0.40-0.45")
@@ -131,6 +131,7 @@ def test_table5_reading_follows_the_gap_fits_it_sits_under():
   assert "faster than 1/L in 1 of 1" in reproduction.table5_reading(
       [rising], [dict(alpha=1.5, alpha_se=0.1)])
   assert reproduction.table5_reading([rising], []).startswith("No gap fit resolves")
+  assert reproduction.table5_section(None)[-1].startswith("Not run")  # no reading of nothing
 
 
 @pytest.mark.parametrize("name", ["table5", "selection"])
