@@ -229,7 +229,8 @@ class GridEvaluator:
          for _, layers, _ in views] for s in range(len(spec.seeds))])
     references = depth_references(bound, spec.depths)
     if spec.ensemble:  # one-layer members (member m is packed layer m), judged as models are
-      member_loss_ST = ((layer_preds_STE.astype(np.float64) - target_E) ** 2).mean(axis=-1)
+      members_STE = layer_preds_STE[:, :self.trainer.num_models]  # not a padding model's
+      member_loss_ST = ((members_STE.astype(np.float64) - target_E) ** 2).mean(axis=-1)
       member_limit = spec.outlier_factor * min(float(np.median(member_loss_ST)),
                                                references.get(1, np.inf))
     runs = []
@@ -296,14 +297,18 @@ def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
   reference of its depth (`depth_references`), or when it averages one-layer models of which
   one is an outlier by the same rule (`outlier_members` of an ensemble control: a member above
   `factor` x the median of all members or x the depth-1 reference). Flagged models are kept
-  out of the means, the fits and the monotonicity check; the report names them.
+  out of the means, the fits and the monotonicity check; the report names them. A model that
+  is not marked diverged but whose held-out loss is not finite is flagged for that, and is
+  nobody's peer.
   """
   for run in runs:
-    peers = [p["eval_loss"] for p in runs
-             if p is not run and p["depth"] == run["depth"] and not p["diverged"]]
+    peers = [p["eval_loss"] for p in runs if p is not run and p["depth"] == run["depth"]
+             and not p["diverged"] and np.isfinite(p["eval_loss"])]
     reference = references.get(run["depth"])
     solved = run["eval_loss"] <= SOLVED_FRACTION * run["target_second_moment"]
     reasons = []
+    if not run["diverged"] and not np.isfinite(run["eval_loss"]):
+      reasons.append(f"its held-out loss is {run['eval_loss']}")
     if not run["diverged"] and peers and not solved and run["eval_loss"] > factor * float(
         np.median(peers)):
       reasons.append(f"{run['eval_loss']:.4g} > {factor:g} x the median of the other seeds at "
@@ -317,19 +322,20 @@ def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
     run["flag_reason"] = "; ".join(reasons)
 
 
-def paired_differences(depths, squared_errors_SDE: np.ndarray, clean_SD: np.ndarray) -> list:
-  """R_L - R_L' of consecutive depths on the shared evaluation set, with its standard error
-  over contexts: per context the squared-error difference averaged over the seeds where
-  both models are clean, then mean and std / sqrt(contexts). Seed-to-seed spread (which
-  one stuck seed inflates) does not enter."""
+def paired_differences(depths, squared_errors_SVE: np.ndarray, clean_SV: np.ndarray) -> list:
+  """R_L - R_L' of consecutive depths on the shared evaluation set (axis V: one view per
+  depth, in the order of `depths`), with its standard error over contexts: per context the
+  squared-error difference averaged over the seeds where both models are clean, then mean
+  and std / sqrt(contexts). Seed-to-seed spread (which one stuck seed inflates) does not
+  enter."""
   out = []
   for i in range(1, len(depths)):
-    both = clean_SD[:, i] & clean_SD[:, i - 1]
+    both = clean_SV[:, i] & clean_SV[:, i - 1]
     if not both.any():
       out.append(dict(depth=depths[i], previous=depths[i - 1], difference=float("nan"),
                       se=float("nan"), seeds=0))
       continue
-    per_context = (squared_errors_SDE[both, i] - squared_errors_SDE[both, i - 1]).mean(axis=0)
+    per_context = (squared_errors_SVE[both, i] - squared_errors_SVE[both, i - 1]).mean(axis=0)
     out.append(dict(depth=depths[i], previous=depths[i - 1],
                     difference=float(per_context.mean()),
                     se=float(per_context.std() / np.sqrt(per_context.size)),

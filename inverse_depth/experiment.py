@@ -86,11 +86,12 @@ def _root_keys(seed: int) -> dict[str, jax.Array]:
 
 
 THEORY_STREAM = 5  # fold_in index of the theory bounds' key (the four streams above are split)
-BOUND_CHUNK_FLOATS = 2 ** 25  # context inputs per Monte Carlo chunk of a bound (memory)
+BOUND_CHUNK_FLOATS = 2 ** 25  # floats (contexts x P x d) per Monte Carlo chunk of a bound
 
 
-def grid_name(model: str, a: float, b: float) -> str:
-  """Name of one (model, spectrum) grid, as in bounds/<name>.json and the log."""
+def bound_name(model: str, a: float, b: float) -> str:
+  """Name of the theory bound of one (model, spectrum): bounds/<name>.json and the log.
+  (A grid covers every spectrum of a config: its own name is `GridSpec.name`.)"""
   return f"{model}_{config_lib.spectrum_name(a, b)}"
 
 
@@ -127,7 +128,7 @@ def _jsonable(values: dict) -> dict:
 def _cached_bound(spec: GridSpec, a: float, b: float, workdir: str) -> dict | None:
   """theory_bound, computed once per workdir (bounds/<model>_a<a>_b<b>.json) and shared by a
   grid and its ensemble control."""
-  path = os.path.join(workdir, "bounds", grid_name(spec.model, a, b) + ".json")
+  path = os.path.join(workdir, "bounds", bound_name(spec.model, a, b) + ".json")
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
@@ -135,7 +136,7 @@ def _cached_bound(spec: GridSpec, a: float, b: float, workdir: str) -> dict | No
   bound = theory_bound(spec, a, b)
   if bound is not None:
     logging.info("[%s] theory bound %.4g (+- %.2g) from %d contexts in %.0f s",
-                 grid_name(spec.model, a, b), bound["reference"], bound["reference_se"],
+                 bound_name(spec.model, a, b), bound["reference"], bound["reference_se"],
                  spec.bound_samples, time.time() - start)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json_atomic(path, bound)
@@ -204,8 +205,8 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
                **{k: v for k, v in progress.items() if k not in per_model},
                **{k: v[j * num_seeds:(j + 1) * num_seeds] for k, v in per_model.items()})
           for j, (a, b) in enumerate(spec.problem.spectra)])
-      logging.info("[%s] step %d/%d  %.0fs elapsed, <= %.0fs left  val R: %s  converged %d/%d",
-                   spec.name, progress["step"], spec.train.max_steps, progress["elapsed_s"],
+      logging.info("[%s] step %d/%d  %.0fs trained, <= %.0fs left  val R: %s  converged %d/%d",
+                   spec.name, progress["step"], spec.train.max_steps, train_time_s,
                    progress["eta_max_s"], _validation_text(spec, progress["val_loss"]),
                    int(np.sum(progress["converged"])), np.size(progress["converged"]))
       if progress["step"] % spec.checkpoint_every == 0 or stop.received is not None:

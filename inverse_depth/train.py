@@ -23,9 +23,10 @@ linear warm-up. Schedule (`schedule`):
     trains `max_steps` steps; it is marked converged when its validation loss
     did not improve (same test) over its last `patience` evaluations.
 With `depth_scaled_layer_lr` the updates of a depth-L model's per-layer
-weights (W_q, W_k) are multiplied by L: each layer's gradient carries the 1/L
-of the residual update, so this gives every layer of every depth the step of
-a one-layer model (it matters for SGD; Adam's steps do not see the 1/L).
+weights (W_q, W_k, and W_v^l for per_layer_values) are multiplied by L: each
+layer's gradient carries the 1/L of the residual update, so under SGD this gives
+every layer of every depth the step of a one-layer model. Adam's steps do not
+see the 1/L, so under Adam it makes a depth-L model's layer steps L x larger.
 A model whose loss or parameters become non-finite, or whose loss exceeds
 `divergence_loss`, is frozen at its last finite state and marked diverged.
 Training stops when no model is active or at `max_steps`.
@@ -120,12 +121,15 @@ class TrainState:
 
 
 def learning_rate_schedule(settings: TrainSettings) -> optax.Schedule:
-  """Linear warm-up to `learning_rate`, then constant, or cosine decay to 0 at max_steps."""
-  warmup = max(settings.warmup_steps, 1)
+  """Linear warm-up from 0 to `learning_rate` over `warmup_steps`, then constant, or cosine
+  decay to 0 at max_steps. With warmup_steps = 0 the first step trains at the full rate."""
+  lr, warmup = settings.learning_rate, settings.warmup_steps
   if settings.schedule == "cosine":
-    return optax.warmup_cosine_decay_schedule(0.0, settings.learning_rate, warmup,
-                                              max(settings.max_steps, warmup + 1), end_value=0.0)
-  return optax.linear_schedule(0.0, settings.learning_rate, warmup)
+    if warmup == 0:
+      return optax.cosine_decay_schedule(lr, max(settings.max_steps, 1), alpha=0.0)
+    return optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(settings.max_steps, warmup + 1),
+                                              end_value=0.0)
+  return optax.constant_schedule(lr) if warmup == 0 else optax.linear_schedule(0.0, lr, warmup)
 
 
 def make_optimizer(settings: TrainSettings) -> optax.GradientTransformation:
@@ -336,8 +340,13 @@ class GridTrainer:
     """The schedule's rule (module docstring) after one validation: an evaluation improves
     when the loss falls below (1 - rel_tol) x the best so far; `patience` evaluations without
     improvement mark a model converged (at max_steps, or under "stall_decay" once its rate has
-    been decayed max_lr_decays times; before that they decay its rate)."""
+    been decayed max_lr_decays times; before that they decay its rate). A model whose
+    validation loss is not finite (finite weights can still overflow) is marked diverged."""
     settings = self.settings
+    overflowed = state.active_SM & ~jnp.isfinite(val_loss_SM)
+    state = state.replace(diverged_SM=state.diverged_SM | overflowed,
+                          diverged_at_step_SM=jnp.where(overflowed, state.step,
+                                                        state.diverged_at_step_SM))
     active = state.active_SM
     improved = active & (val_loss_SM < state.best_val_loss_SM * (1.0 - settings.rel_tol))
     since = jnp.where(improved, 0, state.evals_since_best_SM + active)
@@ -386,7 +395,9 @@ class GridTrainer:
 
     `val_sets[j]` is the validation set of spectrum j. Progress arrays are [S, M] over the
     real models; `selected_mass` (models with attention rows only) is the mean attention
-    mass on the tokens that make the target, on the first validation chunk.
+    mass on the tokens that make the target, on the first validation chunk. `elapsed_s`
+    counts from this call (a resumed run starts it again; experiment.py adds the earlier
+    attempts' time).
     """
     start = time.time()
     start_step = int(state.step)

@@ -73,7 +73,8 @@ def move_aside(workdir: str) -> str | None:
 
 
 class MetricsLog:
-  """metrics.jsonl: one JSON line per (grid model, spectrum, evaluation step)."""
+  """metrics.jsonl: one JSON line per (grid, spectrum, evaluation step), its values as
+  [seeds, models] lists."""
 
   def __init__(self, workdir: str):
     self.path = os.path.join(workdir, METRICS_FILE)

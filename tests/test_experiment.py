@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, evaluation, experiment, models, report
+from inverse_depth import analysis, config as config_lib, evaluation, experiment, models, report
 from tests import REPO, tiny
 
 RUN_KEYS = {"model", "task", "k", "a", "b", "depth", "seed", "eval_loss", "A", "C", "diverged",
@@ -42,7 +42,7 @@ def test_workdir_contents(experiment_run):
   for path in figures:
     with open(path, "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  names = sorted(experiment.grid_name(m, a, b) for m in MODELS for a, b in config.spectra)
+  names = sorted(spec.name for spec in config_lib.grid_specs(config))
   grids = sorted(os.path.basename(p) for p in glob.glob(os.path.join(workdir, "grids", "*.json")))
   assert grids == [name + ".json" for name in names]
   # The newest checkpoints_to_keep (2) of the three checkpoints, the final one included.
@@ -292,10 +292,10 @@ def test_a_stuck_model_is_flagged_by_name_and_kept_out_of_the_fit(tmp_path):
   evaluation.flag_outliers(runs, {L: 1.5 for L in depths}, factor=1.2)
   assert [(r["depth"], r["seed"]) for r in runs if r["flagged"]] == [(4, 1)]
   rng = np.random.default_rng(0)
-  squared_errors_SDE = rng.exponential(1.0, size=(3, len(depths), 5000))
-  squared_errors_SDE[1, 2] += 10.0  # the stuck model's errors
-  clean_SD = np.array([[not r["flagged"] for r in runs if r["seed"] == s] for s in range(3)])
-  paired = evaluation.paired_differences(list(depths), squared_errors_SDE, clean_SD)
+  squared_errors_SVE = rng.exponential(1.0, size=(3, len(depths), 5000))
+  squared_errors_SVE[1, 2] += 10.0  # the stuck model's errors
+  clean_SV = np.array([[not r["flagged"] for r in runs if r["seed"] == s] for s in range(3)])
+  paired = evaluation.paired_differences(list(depths), squared_errors_SVE, clean_SV)
   assert [p["seeds"] for p in paired] == [3, 2, 2]
   assert all(abs(p["difference"]) < 5 * p["se"] for p in paired)
   fit = analysis.fit_grid(runs, paired)
@@ -337,7 +337,7 @@ def test_linear_models_are_judged_against_the_floor_of_their_own_depth():
 def test_peer_rule_compares_with_the_other_seeds_and_ignores_solved_models():
   """With two seeds, 1.3 x the other seed is flagged at factor 1.2 (a median that included
   the model itself would need 1.5 x); one seed has no peers; losses below 1e-3 E[y*^2] are
-  solved, whatever their ratio."""
+  solved, whatever their ratio; a non-finite loss is flagged and is nobody's peer."""
   def records(losses, depth=2):
     return [dict(depth=depth, seed=s, eval_loss=x, diverged=False, target_second_moment=16.0)
             for s, x in enumerate(losses)]
@@ -351,6 +351,10 @@ def test_peer_rule_compares_with_the_other_seeds_and_ignores_solved_models():
   solved = records([2.2e-5, 4e-6, 5e-6])
   evaluation.flag_outliers(solved, {}, factor=1.2)
   assert not any(r["flagged"] for r in solved)
+  overflowed = records([float("nan"), 1.0, 1.3])  # NaN must neither pass nor hide the 1.3
+  evaluation.flag_outliers(overflowed, {}, factor=1.2)
+  assert [r["flagged"] for r in overflowed] == [True, False, True]
+  assert "held-out loss is nan" in overflowed[0]["flag_reason"]
 
 
 def test_an_ensemble_with_an_outlier_member_is_flagged_by_name():

@@ -293,6 +293,19 @@ def test_nan_parameters_at_start_diverge_at_step_zero():
         np.testing.assert_allclose(leaf_a, leaf_c, rtol=1e-6, atol=1e-7)
 
 
+def test_a_non_finite_validation_loss_marks_only_that_model_diverged():
+  """Finite weights can still overflow on held-out contexts: such a model stops as diverged
+  at that step (not 'converged' on a loss that is no loss), and no other model is touched."""
+  trainer = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS)  # compiled by the tests above
+  state = trainer.init_state()
+  val_loss_SM = np.ones(state.diverged_SM.shape, np.float32)
+  val_loss_SM[1, 2] = np.inf
+  after = trainer.update_convergence(state, jnp.asarray(val_loss_SM))
+  assert after.diverged_SM[1, 2] and after.diverged_SM.sum() == 1
+  assert after.diverged_at_step_SM[1, 2] == 0 and not after.converged_SM.any()
+  assert after.best_val_loss_SM[0, 0] == 1.0 and not np.isfinite(after.best_val_loss_SM[1, 2])
+
+
 @pytest.mark.parametrize("which", ["first", "last"])
 def test_finite_per_model_attributes_each_layer_to_its_model(which):
   """A NaN in the first or last packed layer of model m (and nowhere else) makes exactly
@@ -330,6 +343,7 @@ def test_depth_scaled_layer_lr_multiplies_layer_updates_by_depth():
   layout, change_plain = _one_step_layer_change(plain)
   _, change_scaled = _one_step_layer_change(scaled)
   depth_T = np.repeat(layout.depths, layout.depths)
+  assert np.all(change_plain > 0)  # the first step trains (no warm-up from a zero rate)
   np.testing.assert_allclose(change_scaled, depth_T * change_plain, rtol=1e-3)
 
 
@@ -365,6 +379,9 @@ def test_cosine_schedule_trains_to_max_steps_and_ends_at_zero():
   schedule = learning_rate_schedule(settings)
   assert float(schedule(settings.max_steps)) == pytest.approx(0.0, abs=1e-9)
   assert float(schedule(settings.warmup_steps)) == pytest.approx(settings.learning_rate)
+  for name in ("cosine", "constant"):  # without warm-up the first step has the full rate
+    no_warmup = dataclasses.replace(settings, schedule=name, warmup_steps=0)
+    assert float(learning_rate_schedule(no_warmup)(0)) == pytest.approx(settings.learning_rate)
   trainer = GridTrainer("softmax", PROBLEM, (1, 2), (0,), settings, N=N,
                         init_scales=InitScales(), init_key=jax.random.key(10),
                         data_key=jax.random.key(11))

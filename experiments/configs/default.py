@@ -60,8 +60,9 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Learning-rate schedule after the warm-up: "constant", "cosine" (to zero at max_steps) or
   # "stall_decay" (constant, decayed per model on validation stalls; the rule below).
   config.schedule = "cosine"
-  # Multiply the updates of a depth-L model's per-layer weights (W_q, W_k) by L, undoing the
-  # 1/L their gradients carry from the residual update (matters for sgd, not for adam).
+  # Multiply the updates of a depth-L model's per-layer weights (W_q, W_k; W_v^l for
+  # per_layer_values) by L, undoing the 1/L their gradients carry from the residual update
+  # under sgd (adam's steps do not see the 1/L: there it makes layer steps L x larger).
   config.depth_scaled_layer_lr = False
   # Peak learning rate reached after the warm-up.
   config.learning_rate = 3e-3
