@@ -213,20 +213,14 @@ def fit_depth_windows(depths, losses, min_depths: int = 4, alpha: float | None =
           for start in range(depths.size - min_depths + 1)]
 
 
-def fit_gap(depths, shared_errors, L0: float) -> dict:
-  """Gap fit log(L0 - C_L) = log c - alpha log L (ordinary least squares, SPEC Table 5).
-
-  Depths where L0 - C_L <= 0 or C_L is undefined (L = 1) are dropped and
-  listed in `dropped_depths`.
-  """
-  depths = np.asarray(depths, np.float64)
-  gaps = L0 - np.asarray(shared_errors, np.float64)
+def _log_gap_regression(depths: np.ndarray, gaps: np.ndarray) -> dict:
+  """Ordinary least squares of log gap = log c - alpha log L over the positive gaps."""
   keep = np.isfinite(gaps) & (gaps > 0)
-  result = dict(L0=float(L0), depths=depths[keep].tolist(), gaps=gaps[keep].tolist(),
+  result = dict(depths=depths[keep].tolist(), gaps=gaps[keep].tolist(),
                 dropped_depths=depths[~keep].tolist())
   if keep.sum() < 2:
-    return dict(result, c=float("nan"), c_se=float("nan"), alpha=float("nan"),
-                alpha_se=float("nan"), r2=float("nan"))
+    nan = float("nan")
+    return dict(result, c=nan, log_c_se=nan, alpha=nan, alpha_se=nan, r2=nan)
   design = np.stack([np.ones(keep.sum()), -np.log(depths[keep])], axis=1)
   log_gaps = np.log(gaps[keep])
   coef, *_ = np.linalg.lstsq(design, log_gaps, rcond=None)
@@ -237,9 +231,50 @@ def fit_gap(depths, shared_errors, L0: float) -> dict:
     log_c_se, alpha_se = np.sqrt(np.diag(covariance))
   else:
     log_c_se = alpha_se = float("nan")
-  c = float(np.exp(coef[0]))
-  return dict(result, c=c, c_se=float(c * log_c_se), alpha=float(coef[1]),
-              alpha_se=float(alpha_se), r2=_r_squared(log_gaps, residuals))
+  return dict(result, c=float(np.exp(coef[0])), log_c_se=float(log_c_se),
+              alpha=float(coef[1]), alpha_se=float(alpha_se), r2=_r_squared(log_gaps, residuals))
+
+
+def fit_gap(depths, shared_errors, L0: float, L0_se: float = 0.0) -> dict:
+  """Gap fit log(L0 - C_L) = log c - alpha log L (ordinary least squares, SPEC Table 5).
+
+  Depths where L0 - C_L <= 0 or C_L is undefined (L = 1) are dropped and listed in
+  `dropped_depths`. The regression's errors take L0 as exact (`alpha_se_given_L0`); but
+  the deep gaps are small, so alpha leans on L0. The fit is repeated at L0 -+ L0_se
+  (`alpha_at_L0_minus_plus_se`), and the largest shift of alpha (and of log c) is added
+  in quadrature: `alpha_se`, `c_se`. Where the refit at L0 - L0_se leaves fewer than two
+  positive gaps, the exponent is not determined at that L0 and `alpha_se` is infinite.
+  """
+  depths = np.asarray(depths, np.float64)
+  shared = np.asarray(shared_errors, np.float64)
+  central = _log_gap_regression(depths, L0 - shared)
+  shifted = [_log_gap_regression(depths, L0 + sign * L0_se - shared) for sign in (-1, 1)]
+  if L0_se > 0:
+    alpha_shift = max(abs(refit["alpha"] - central["alpha"]) for refit in shifted)
+    log_c_shift = max(abs(np.log(refit["c"]) - np.log(central["c"])) for refit in shifted)
+    alpha_shift, log_c_shift = (np.inf, np.inf) if np.isnan(alpha_shift) else (alpha_shift,
+                                                                               log_c_shift)
+  else:
+    alpha_shift = log_c_shift = 0.0
+  c = central["c"]
+  return dict(L0=float(L0), L0_se=float(L0_se), depths=central["depths"],
+              gaps=central["gaps"], dropped_depths=central["dropped_depths"],
+              c=c, c_se=float(c * np.hypot(central["log_c_se"], log_c_shift)),
+              alpha=central["alpha"], alpha_se=float(np.hypot(central["alpha_se"], alpha_shift)),
+              alpha_se_given_L0=central["alpha_se"],
+              alpha_at_L0_minus_plus_se=[refit["alpha"] for refit in shifted],
+              r2=central["r2"])
+
+
+def gap_fit_of(fit: dict) -> dict | None:
+  """The gap fit of a depth-fit record from its own fields (L0 and L0_se of the depth fit,
+  C_L per depth), or None where the depth fit resolved no floor L0 > 0."""
+  if not (fit["resolved"] and fit["L0"] > 0):
+    return None
+  if len(fit["depths"]) != len(fit["shared_error"]):
+    raise ValueError(f"fit record: {len(fit['depths'])} depths but "
+                     f"{len(fit['shared_error'])} shared errors")
+  return fit_gap(fit["depths"], fit["shared_error"], fit["L0"], fit["L0_se"])
 
 
 def non_monotone_depths(paired: list[dict], num_se: float = 2.0) -> list[int]:
@@ -275,8 +310,7 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   if len(keep) >= 2:
     fit.update(fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
                                  fit_floor=first["task"] == "topk"))
-    fit["gap_fit"] = (fit_gap(depths, shared, fit["L0"])
-                      if fit["resolved"] and fit["L0"] > 0 else None)
+    fit["gap_fit"] = gap_fit_of(fit)
   else:
     nan = float("nan")
     fit.update(L0=nan, L0_se=nan, c=nan, c_se=nan, alpha=nan, alpha_se=nan, r2=nan,

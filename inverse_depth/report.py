@@ -450,10 +450,11 @@ def write_report(workdir: str) -> str:
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
             "what was tried to find the regime where it does."]
   lines += ["", "## Depth fits  R_L = L0 + c L^-alpha", "",
-            "| grid | L0 | c | alpha | R^2 | gap fit alpha (L0 - C_L = c L^-alpha) |",
+            "| grid | L0 | c | alpha | R^2 | gap fit alpha (L0 - C_L = c L^-alpha; its error "
+            "includes L0's) |",
             "|---|---|---|---|---|---|"]
   for fit in results["fits"]:
-    gap = fit.get("gap_fit") if fit["resolved"] else None  # no L0 to fit a gap to
+    gap = analysis.gap_fit_of(fit)  # None without a resolved floor to fit a gap to
     gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}"
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
     if fit["resolved"]:

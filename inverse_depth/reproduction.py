@@ -294,13 +294,14 @@ def table5_section(results: dict | None) -> list[str]:
                        if np.isfinite(C))
     cells = [f"({fit['a']:g}, {fit['b']:g})"]
     bound = fit.get("bound") or {}
-    for gap in (fit.get("gap_fit") if fit["resolved"] else None,
-                analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
-                if bound.get("single") else None):
+    for gap in (analysis.gap_fit_of(fit),
+                analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"],
+                                 bound["single_se"]) if bound.get("single") else None):
       if gap and np.isfinite(gap["alpha"]):
         gaps.append(gap)
-        cells.append(f"{gap['alpha']:.3f} +- {gap['alpha_se']:.2g} (L0 {gap['L0']:.4g}, "
-                     f"R^2 {gap.get('r2', float('nan')):.3f}, depths "
+        cells.append(f"{gap['alpha']:.3f} +- {gap['alpha_se']:.2g} (given L0: +- "
+                     f"{gap['alpha_se_given_L0']:.2g}; L0 {gap['L0']:.4g} +- {gap['L0_se']:.2g}, "
+                     f"R^2 {gap['r2']:.3f}, depths "
                      f"{', '.join(f'{L:g}' for L in gap['depths'])})")
       else:
         cells.append("no fit (no resolved L0, or L0 - C_L > 0 at fewer than two depths)")
@@ -324,11 +325,19 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
             "the best single cosine layer at two depths or more.")
   alphas = [gap["alpha"] for gap in gaps]
   span = f"{min(alphas):.2f}-{max(alphas):.2f}"
-  misses = [gap["alpha"] for gap in gaps
-            if abs(gap["alpha"] - np.clip(gap["alpha"], low, high)) > 2 * gap["alpha_se"]]
+  undetermined = sum(not np.isfinite(gap["alpha_se"]) for gap in gaps)
+  undetermined_text = (f" In {undetermined} of {len(gaps)} fits the exponent is not determined "
+                       "(one standard error down in L0 leaves fewer than two positive gaps)."
+                       if undetermined else "")
+  misses = [gap["alpha"] for gap in gaps if np.isfinite(gap["alpha_se"])
+            and abs(gap["alpha"] - np.clip(gap["alpha"], low, high)) > 2 * gap["alpha_se"]]
+  if undetermined == len(gaps):
+    return (f"No gap exponent is determined here (central values {span}): in every fit one "
+            "standard error down in L0 leaves fewer than two positive gaps L0 - C_L.")
   if not misses:
     return (f"The gap exponents here ({span}) agree with the paper's {low}-{high} within two "
-            "standard errors.")
+            "standard errors (which include the error of L0) wherever they are determined."
+            + undetermined_text)
   rising_shared = sum(_last_doubling_rises(fit, "shared_error") for fit in fits)
   rising_disagreement = sum(_last_doubling_rises(fit, "disagreement") for fit in fits)
   rate = ("more slowly than" if max(misses) < low else "faster than" if min(misses) > high
@@ -343,7 +352,8 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
       f"closes {rate} 1/L in {len(misses)} of {len(gaps)} fits. Over the last doubling of "
       f"depth C_L still rises in {rising_shared} of {len(fits)} spectra and the disagreement "
       f"A_L - C_L in {rising_disagreement} of {len(fits)}, where the paper finds both "
-      f"levelling off (figure below).{unresolved_floor} The reports of results/depth_law and "
+      f"levelling off (figure below).{undetermined_text}{unresolved_floor} The reports of "
+      "results/depth_law and "
       "results/table4_depth_law_regime_24k give the gap fits of 24000-step runs.")
 
 

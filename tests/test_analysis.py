@@ -202,6 +202,25 @@ def test_gap_fit_with_noise_and_nonpositive_gaps():
   assert np.isnan(too_few["alpha"])
 
 
+def test_gap_fit_error_carries_the_error_of_L0():
+  """The deep gaps are small, so alpha leans on L0: with L0 known to +- L0_se the error of
+  alpha includes the refits at L0 -+ L0_se; where L0 - L0_se leaves fewer than two
+  positive gaps, alpha is not determined (infinite error)."""
+  depths = np.array([1, 2, 4, 8, 16, 32], float)
+  shared = 2.0 - 0.2 * depths ** -1.0
+  shared[0] = np.nan
+  exact = analysis.fit_gap(depths, shared, 2.0)
+  assert exact["alpha_se"] == pytest.approx(0.0, abs=1e-9)
+  uncertain = analysis.fit_gap(depths, shared, 2.0, L0_se=0.002)
+  low, high = (analysis.fit_gap(depths, shared, L0)["alpha"] for L0 in (1.998, 2.002))
+  assert uncertain["alpha_at_L0_minus_plus_se"] == pytest.approx([low, high])
+  assert low > 1.0 > high  # a lower floor makes the last gaps close faster
+  assert uncertain["alpha_se"] == pytest.approx(max(low - 1.0, 1.0 - high), rel=1e-6)
+  assert uncertain["alpha"] == pytest.approx(1.0) and uncertain["dropped_depths"] == [1.0]
+  lost = analysis.fit_gap(depths, shared, 2.0, L0_se=0.07)  # L0 - se = 1.93 < C_4 = 1.95
+  assert np.isinf(lost["alpha_se"]) and lost["alpha"] == pytest.approx(1.0)
+
+
 def test_flat_curve_fit_says_so_in_words():
   """A flat depth curve determines no c and alpha: the fit is marked unresolved and its
   verdict says so, instead of infinite standard errors reaching the report."""

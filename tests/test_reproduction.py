@@ -132,6 +132,10 @@ def test_table5_reading_follows_the_gap_fits_it_sits_under():
       [rising], [dict(alpha=1.5, alpha_se=0.1)])
   assert reproduction.table5_reading([rising], []).startswith("No gap fit resolves")
   assert reproduction.table5_section(None)[-1].startswith("Not run")  # no reading of nothing
+  lost = dict(alpha=0.96, alpha_se=float("inf"))  # L0's error leaves fewer than two gaps
+  mixed = reproduction.table5_reading([rising], slow + [lost])
+  assert "in 2 of 3 fits" in mixed and "In 1 of 3 fits the exponent is not determined" in mixed
+  assert reproduction.table5_reading([rising], [lost]).startswith("No gap exponent is determined")
 
 
 @pytest.mark.parametrize("name", ["table5", "selection"])
