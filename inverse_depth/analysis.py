@@ -243,19 +243,22 @@ def fit_gap(depths, shared_errors, L0: float, L0_se: float = 0.0) -> dict:
   the deep gaps are small, so alpha leans on L0. The fit is repeated at L0 -+ L0_se
   (`alpha_at_L0_minus_plus_se`), and the largest shift of alpha (and of log c) is added
   in quadrature: `alpha_se`, `c_se`. Where the refit at L0 - L0_se leaves fewer than two
-  positive gaps, the exponent is not determined at that L0 and `alpha_se` is infinite.
+  positive gaps, the exponent is not determined at that L0 and `alpha_se` is infinite; it is
+  NaN where the regression has no spare degree of freedom (two positive gaps) or L0_se is NaN.
   """
   depths = np.asarray(depths, np.float64)
   shared = np.asarray(shared_errors, np.float64)
   central = _log_gap_regression(depths, L0 - shared)
   shifted = [_log_gap_regression(depths, L0 + sign * L0_se - shared) for sign in (-1, 1)]
-  if L0_se > 0:
-    alpha_shift = max(abs(refit["alpha"] - central["alpha"]) for refit in shifted)
-    log_c_shift = max(abs(np.log(refit["c"]) - np.log(central["c"])) for refit in shifted)
-    alpha_shift, log_c_shift = (np.inf, np.inf) if np.isnan(alpha_shift) else (alpha_shift,
-                                                                               log_c_shift)
-  else:
+  if L0_se == 0:
     alpha_shift = log_c_shift = 0.0
+  elif np.isnan(L0_se):  # L0's error unknown: so is alpha's
+    alpha_shift = log_c_shift = float("nan")
+  elif any(np.isnan(refit["alpha"]) for refit in shifted):
+    alpha_shift = log_c_shift = float("inf")
+  else:
+    alpha_shift = max(abs(refit["alpha"] - central["alpha"]) for refit in shifted)
+    log_c_shift = max(abs(np.log(refit["c"] / central["c"])) for refit in shifted)
   c = central["c"]
   return dict(L0=float(L0), L0_se=float(L0_se), depths=central["depths"],
               gaps=central["gaps"], dropped_depths=central["dropped_depths"],

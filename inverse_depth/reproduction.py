@@ -325,15 +325,18 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
             "the best single cosine layer at two depths or more.")
   alphas = [gap["alpha"] for gap in gaps]
   span = f"{min(alphas):.2f}-{max(alphas):.2f}"
-  undetermined = sum(not np.isfinite(gap["alpha_se"]) for gap in gaps)
-  undetermined_text = (f" In {undetermined} of {len(gaps)} fits the exponent is not determined "
-                       "(one standard error down in L0 leaves fewer than two positive gaps)."
-                       if undetermined else "")
+  lost_to_L0 = sum(np.isinf(gap["alpha_se"]) for gap in gaps)
+  no_error = sum(np.isnan(gap["alpha_se"]) for gap in gaps)
+  undetermined = lost_to_L0 + no_error
+  undetermined_text = "".join([
+      f" In {lost_to_L0} of {len(gaps)} fits the exponent is not determined (one standard "
+      "error down in L0 leaves fewer than two positive gaps)." if lost_to_L0 else "",
+      f" {no_error} of {len(gaps)} fits have no error estimate (two positive gaps only, or "
+      "no error on L0)." if no_error else ""])
   misses = [gap["alpha"] for gap in gaps if np.isfinite(gap["alpha_se"])
             and abs(gap["alpha"] - np.clip(gap["alpha"], low, high)) > 2 * gap["alpha_se"]]
   if undetermined == len(gaps):
-    return (f"No gap exponent is determined here (central values {span}): in every fit one "
-            "standard error down in L0 leaves fewer than two positive gaps L0 - C_L.")
+    return f"No gap exponent comes with an error here (central values {span}).{undetermined_text}"
   if not misses:
     return (f"The gap exponents here ({span}) agree with the paper's {low}-{high} within two "
             "standard errors (which include the error of L0) wherever they are determined."

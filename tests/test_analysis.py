@@ -219,6 +219,7 @@ def test_gap_fit_error_carries_the_error_of_L0():
   assert uncertain["alpha"] == pytest.approx(1.0) and uncertain["dropped_depths"] == [1.0]
   lost = analysis.fit_gap(depths, shared, 2.0, L0_se=0.07)  # L0 - se = 1.93 < C_4 = 1.95
   assert np.isinf(lost["alpha_se"]) and lost["alpha"] == pytest.approx(1.0)
+  assert np.isnan(analysis.fit_gap(depths, shared, 2.0, L0_se=float("nan"))["alpha_se"])
 
 
 def test_flat_curve_fit_says_so_in_words():

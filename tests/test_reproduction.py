@@ -135,7 +135,10 @@ def test_table5_reading_follows_the_gap_fits_it_sits_under():
   lost = dict(alpha=0.96, alpha_se=float("inf"))  # L0's error leaves fewer than two gaps
   mixed = reproduction.table5_reading([rising], slow + [lost])
   assert "in 2 of 3 fits" in mixed and "In 1 of 3 fits the exponent is not determined" in mixed
-  assert reproduction.table5_reading([rising], [lost]).startswith("No gap exponent is determined")
+  alone = reproduction.table5_reading([rising], [lost])
+  assert alone.startswith("No gap exponent comes with an error") and "one standard" in alone
+  two_gaps = reproduction.table5_reading([rising], slow + [dict(alpha=1.0, alpha_se=np.nan)])
+  assert "1 of 3 fits have no error estimate" in two_gaps and "L0 leaves" not in two_gaps
 
 
 @pytest.mark.parametrize("name", ["table5", "selection"])

@@ -356,7 +356,7 @@ def test_optimal_polynomial_low_depth_closed_forms():
   np.testing.assert_allclose(one["residual"], 1 - (w @ lam) / (w @ lam ** 2) * lam, atol=1e-14)
   assert one["risk"] == pytest.approx(w.sum() - (w @ lam) ** 2 / (w @ lam ** 2), rel=1e-12)
   assert theory.optimal_polynomial_risk(d=8, a=a, b=b, depth=8)["risk"] < 1e-25
-  flat = theory.optimal_polynomial_risk(d=d, a=0.0, b=b, depth=3)  # one distinct eigenvalue:
+  flat = theory.optimal_polynomial_risk(d=d, a=0.0, b=b, depth=8)  # one distinct eigenvalue:
   assert flat["risk"] < 1e-25 and np.all(np.isfinite(flat["residual"]))  # r = 1 - lam nulls it
 
 
