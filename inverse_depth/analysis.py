@@ -187,7 +187,7 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
                                        ("alpha", held_alpha is None)) if is_free]
     free = " and ".join([", ".join(free[:-1]), free[-1]] if len(free) > 1 else free)
     verdict = (f"no depth dependence resolved: the losses do not determine {free} "
-               "(flat or too few depths); its L0, c and alpha mean nothing")
+               "(flat or too few depths), so its L0, c and alpha are not estimates")
   return dict(L0=float(L0), L0_se=float(L0_se), c=c, c_se=c_se,
               alpha=float(alpha), alpha_se=float(alpha_se),
               r2=_r_squared(log_losses, best.fun), fit_floor=bool(fit_floor),
