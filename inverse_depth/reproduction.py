@@ -272,8 +272,8 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       "more steps to settle than shallow ones, and a short budget flattens the curve "
       "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained in "
       "depth_law.py's regime for 12000 and 24000 steps are in "
-      "results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k (two of "
-      "them over 48000 steps: _48k_shallow and _48k_deep; top-16: "
+      "results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k (over "
+      "48000 steps: _48k_shallow, _48k_deep and _48k_deep_a0.25_b0.5; top-16: "
       "results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra); their READMEs "
       "give the exponents there and which depths carry them.")]
 
