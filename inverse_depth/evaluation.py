@@ -228,17 +228,17 @@ class GridEvaluator:
         [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
          for _, layers, _ in views] for s in range(len(spec.seeds))])
     references = depth_references(bound, spec.depths)
+    replicates = slice(spectrum * len(spec.seeds), (spectrum + 1) * len(spec.seeds))  # its seeds
     if spec.ensemble:  # one-layer members (member m is packed layer m), judged as models are
       members_STE = layer_preds_STE[:, :self.trainer.num_models]  # not a padding model's
       member_loss_ST = ((members_STE.astype(np.float64) - target_E) ** 2).mean(axis=-1)
-      replicates = slice(spectrum * len(spec.seeds), (spectrum + 1) * len(spec.seeds))
       live_ST = (~np.asarray(state.diverged_SM)[replicates, :self.trainer.num_models]
                  & np.isfinite(member_loss_ST))  # a diverged member is nobody's peer
       median = float(np.median(member_loss_ST[live_ST])) if live_ST.any() else np.inf
       member_limit = spec.outlier_factor * min(median, references.get(1, np.inf))
     runs = []
     for s, seed in enumerate(spec.seeds):
-      replicate = spectrum * len(spec.seeds) + s
+      replicate = replicates.start + s
       for i, (depth, layers, members) in enumerate(views):
         parts = analysis.decompose(layer_preds_STE[s, layers], target_E)
         ensemble_fields = {}

@@ -78,6 +78,11 @@ def plot_depth_scaling(results: dict, path: str) -> None:
   save_figure(fig, path)
 
 
+def value_or_dash(value: float | None) -> str:
+  """A table cell for a value that may be missing (e.g. no paper value for this setting)."""
+  return "-" if value is None else f"{value:g}"
+
+
 def save_figure(fig, path: str) -> None:
   """Saves a PNG to a temporary file, then renames it over `path`."""
   fig.tight_layout()
@@ -479,7 +484,7 @@ def write_report(workdir: str) -> str:
     deepest = fit["losses"][-1] if fit["losses"] else float("nan")
     floor_text = f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved"
     lines.append(f"| {grid_label(fit)} | {floor_text} | {deepest:.4g} | {theory_text} | "
-                 f"{mixture_text} | {target if target is not None else '-'} |")
+                 f"{mixture_text} | {value_or_dash(target)} |")
   lines += _cosine_layers_section(results)
   lines += _ensemble_comparison(results)
   for fit in results["fits"]:
@@ -541,7 +546,7 @@ def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
     target = paper.table1_floor("softmax", "topk", results["sizes"]["k"], bound["a"], bound["b"])
     deepest = by_layers[-1]
     lines.append(
-        f"| ({bound['a']:g}, {bound['b']:g}) | {target if target is not None else '-'} | "
+        f"| ({bound['a']:g}, {bound['b']:g}) | {value_or_dash(target)} | "
         + " | ".join(f"{entry['loss']:.4f}" for entry in by_layers)
         + f" | {bound['mixture']:.4f} +- {bound['mixture_se']:.2g} | {-100 * falls[-1]:.1f}% | "
         f"{_excess_text(deepest)} | " + ", ".join(f"{t:.3g}" for t in deepest["temperatures"])

@@ -45,10 +45,6 @@ def _percent(ours: float, theirs: float | None) -> str:
   return f"{100 * (ours / theirs - 1):+.1f}%"
 
 
-def _value_or_dash(value: float | None) -> str:
-  return "-" if value is None else f"{value:g}"
-
-
 def _fits(results: dict | None, model: str) -> list[dict]:
   return [f for f in (results or {}).get("fits", []) if f["model"] == model]
 
@@ -208,8 +204,8 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {bound['floor']:.4g} +- "
                  f"{bound['floor_se']:.2g} | {averaged_cell} | "
                  f"{averaged_diff} | {held_out:.4g} +- {held_out_se:.2g} | "
-                 f"{at_this_P} | {_value_or_dash(quoted.get('theory'))} | "
-                 f"{_value_or_dash(quoted.get('trained'))} |")
+                 f"{at_this_P} | {report.value_or_dash(quoted.get('theory'))} | "
+                 f"{report.value_or_dash(quoted.get('trained'))} |")
     checks.append((abs(trained / bound["floor"] - 1) < 0.05, f"Table 3 k={fit['k']} "
                    f"({fit['a']:g}, {fit['b']:g}): trained {trained:.4g} ({measure}) is "
                    f"{_percent(trained, bound['floor'])} from theory {bound['floor']:.4g} "
@@ -246,10 +242,10 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
       if fit["resolved"]:
         cells = [f"{fit['alpha']:.3f} +- {fit['alpha_se']:.2g}", f"{fit['r2']:.4f}",
-                 f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}", _value_or_dash(target),
+                 f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}", report.value_or_dash(target),
                  _percent(fit["alpha"], target)]
       else:
-        cells = [str(fit.get("verdict")), "-", "-", _value_or_dash(target), "-"]
+        cells = [str(fit.get("verdict")), "-", "-", report.value_or_dash(target), "-"]
       depth, loss = deepest(fit)
       span = (f"{fit['losses'][0]:.4g} -> {loss:.4g} (L={depth}, "
               f"{_percent(loss, fit['losses'][0])})" if depth and fit["depths"][0] == 1 else "-")
