@@ -24,6 +24,13 @@ def compilation_cache(tmp_path_factory):
   yield path
 
 
+@pytest.fixture
+def x64():
+  """float64 inside the test only (`jax.enable_x64` is scoped, so other modules keep float32)."""
+  with jax.enable_x64(True):
+    yield
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
   """One uninterrupted run of the tiny config: the reference for resume tests."""

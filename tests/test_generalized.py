@@ -30,12 +30,6 @@ D, P, N, B = 4, 10, 8, 5
 RTOL = 1e-9
 
 
-@pytest.fixture
-def x64():
-  with jax.enable_x64(True):
-    yield
-
-
 @functools.partial(jax.jit, static_argnums=(1,))
 def _sample(key, task):
   return tasks.sample_batch(key, B, d=D, P=P, a=0.5, b=0.25, task=task, k=2)

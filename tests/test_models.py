@@ -21,12 +21,6 @@ D, P, N, B = 4, 12, 8, 6
 RTOL = 1e-9
 
 
-@pytest.fixture
-def x64():
-  with jax.enable_x64(True):
-    yield
-
-
 def _seed_params(params, s):
   return jax.tree.map(lambda x: x[s], params)
 
