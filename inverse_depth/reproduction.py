@@ -270,7 +270,8 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       "depth_law.py's regime for 12000 and 24000 steps are in "
       "results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k (over "
       "48000 steps: _48k_shallow, _48k_deep and _48k_deep_a0.25_b0.5; top-16: "
-      "results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra); their READMEs "
+      "results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra, and one "
+      "spectrum to L = 256: _24k_deep and _24k_256); their READMEs "
       "give the exponents there and which depths carry them.")]
 
 
