@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from inverse_depth import analysis, paper  # noqa: E402
+from inverse_depth import config as config_lib  # noqa: E402
 from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
 
 
@@ -450,8 +451,15 @@ def write_report(workdir: str) -> str:
   lines = ["# inverse-depth report", "",
            "; ".join(_training_header(config, kind) for kind in kinds)
            + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "
-           f"{results['backend']} device(s).", "",
-           "## Checks against the paper", ""]
+           f"{results['backend']} device(s).", ""]
+  if "joined_from" in results:
+    lines += [f"Joined from {len(results['joined_from'])} runs of one regime "
+              "(`inverse_depth.joined`; the time above is their sum): "
+              + "; ".join(f"`{s['source']}` (depths {s['depths']}, spectra {s['spectra']}, "
+                          f"{s['wall_time_s'] / 60:.0f} min)" for s in results["joined_from"])
+              + ". Steps between depths from different runs have no paired standard error.",
+              ""]
+  lines += ["## Checks against the paper", ""]
   lines += [f"- {'PASS' if ok else 'MISS'}: {text}" for ok, text in checks(results)]
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
             "what was tried to find the regime where it does."]
@@ -616,15 +624,6 @@ SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "spectra",
                               "checkpoint_every", "ensemble_control")
 
 
-def _config_differences(short_config: dict, long_config: dict) -> tuple[dict, list[str]]:
-  """({field: `field: short -> long`} for every field both configs set differently, the
-  fields only one of them records: added to the config between the two runs)."""
-  differing = {field: f"{field}: {short_config[field]} -> {long_config[field]}"
-               for field in sorted(short_config.keys() & long_config.keys())
-               if short_config[field] != long_config[field]}
-  return differing, sorted(short_config.keys() ^ long_config.keys())
-
-
 def _steps_text(steps: list[int]) -> str:
   return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}..{max(steps)}"
 
@@ -642,7 +641,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
     with open(os.path.join(workdir, "results.json")) as f:
       loaded.append(json.load(f))
   short, long = loaded
-  differing, unrecorded = _config_differences(short["config"], long["config"])
+  differing, unrecorded = config_lib.config_differences(short["config"], long["config"])
   other = [text for field, text in differing.items() if field not in SCHEDULE_COMPARISON_FIELDS]
   if other:
     raise ValueError(f"{short_dir} and {long_dir} differ in more than the schedule's length "

@@ -1,0 +1,34 @@
+"""Joins finished runs of one regime into one depth curve (no training)
+
+    python -m experiments.join_runs --out=results/table4_top16_depth_law_regime_24k_joined \
+        --workdirs=results/table4_top16_depth_law_regime_24k,results/table4_top16_depth_law_regime_24k_deep
+
+Writes OUT/results.json (every model of the workdirs, each grid refitted over all its
+depths), OUT/report.md and OUT/figures/ (`joined.write_joined`). The workdirs' configs may
+differ only in which depths and spectra they trained (`joined.JOINABLE_FIELDS`); anything
+else is refused before OUT is written.
+"""
+
+import sys
+
+from absl import app, flags
+
+from inverse_depth import joined
+
+_WORKDIRS = flags.DEFINE_list("workdirs", None, "Finished workdirs to join (comma-separated).",
+                              required=True)
+_OUT = flags.DEFINE_string("out", None, "New directory for the joined results.json and report.",
+                           required=True)
+
+
+def main(argv):
+  del argv
+  try:
+    print(f"Report: {joined.write_joined(_WORKDIRS.value, _OUT.value)}")
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,123 @@
+"""One depth curve from several runs of one regime: results.json and report.md of the union.
+
+Deep models cost more than shallow ones, so a curve to L = 256 is often trained in pieces
+(depths 1..32 in one run, 64 and 128 in a second, 256 in a third). Models in one grid are
+independent and a model's start, data stream and held-out contexts depend only on the
+config, its seed and its depth, so runs whose configs differ only in JOINABLE_FIELDS hold
+the same models that one run of the union would have trained. `join_results` joins their
+records and refits each grid (`analysis.fit_grid`); `write_joined` writes the joined
+results.json and, through `report.write_report`, its report and figures.
+
+What a join cannot recover: the paired standard error of a step between depths trained in
+different runs (the per-context losses are not stored), so only the paired differences
+within one source are kept.
+"""
+
+import json
+import os
+
+from inverse_depth import analysis, report
+from inverse_depth import config as config_lib
+from inverse_depth.files import write_json_atomic
+
+# Config fields in which joined runs may differ: which models each trained, not how.
+JOINABLE_FIELDS = ("depths", "spectra", "checkpoint_every")
+
+
+def _model_key(run: dict) -> tuple:
+  return tuple(run[field] for field in analysis.PAIRING_FIELDS)
+
+
+def _grid_key(record: dict) -> tuple:
+  return tuple(record[field] for field in analysis.GRID_FIELDS)
+
+
+def _check_joinable(results_by_source: dict[str, dict]) -> list[str]:
+  """Raises ValueError when two sources' configs differ outside JOINABLE_FIELDS or a model
+  (PAIRING_FIELDS) is in two sources; returns the config fields only some sources record."""
+  if len(results_by_source) < 2:
+    raise ValueError(f"joining needs at least two runs; got {len(results_by_source)}")
+  (first_name, first), *others = results_by_source.items()
+  unrecorded = set()
+  for name, results in others:
+    differing, only_one = config_lib.config_differences(first["config"], results["config"])
+    unrecorded.update(only_one)
+    other = [text for field, text in differing.items() if field not in JOINABLE_FIELDS]
+    if other:
+      raise ValueError(f"{first_name} and {name} differ in more than which models they trained "
+                       f"(allowed: {', '.join(JOINABLE_FIELDS)}): {'; '.join(other)}")
+  owner = {}
+  for name, results in results_by_source.items():
+    for run in results["runs"]:
+      key = _model_key(run)
+      if key in owner:
+        raise ValueError(f"model {dict(zip(analysis.PAIRING_FIELDS, key))} is in both "
+                         f"{owner[key]} and {name}")
+      owner[key] = name
+  return sorted(unrecorded)
+
+
+def join_results(results_by_source: dict[str, dict]) -> dict:
+  """The results.json payload of the union of several runs ({source name: payload}).
+
+  Every run record gains `source`; each grid (GRID_FIELDS) is refitted over all its
+  models, with the theory bound of the first source that computed one and the paired
+  differences of consecutive depths that one source trained both of. The config is the
+  first source's with `depths` and `spectra` the unions (a spectrum need not have every
+  depth: its fit record lists the depths it has); `joined_from` records each source.
+  """
+  unrecorded = _check_joinable(results_by_source)
+  runs = [dict(run, source=name) for name, results in results_by_source.items()
+          for run in results["runs"]]
+  source_fits = [fit for results in results_by_source.values() for fit in results["fits"]]
+  fits = []
+  for grid in sorted({_grid_key(run) for run in runs}):
+    grid_runs = [run for run in runs if _grid_key(run) == grid]
+    depths = sorted({run["depth"] for run in analysis.clean_runs(grid_runs)})
+    consecutive = set(zip(depths, depths[1:]))
+    own_fits = [fit for fit in source_fits if _grid_key(fit) == grid]
+    paired = sorted((p for fit in own_fits for p in fit["paired_differences"]
+                     if (p["previous"], p["depth"]) in consecutive), key=lambda p: p["depth"])
+    bound = next((fit["bound"] for fit in own_fits if fit.get("bound")), None)
+    fits.append(analysis.fit_grid(grid_runs, paired, bound))
+  first = next(iter(results_by_source.values()))
+  config = dict(
+      first["config"],
+      depths=sorted({depth for r in results_by_source.values() for depth in r["config"]["depths"]}),
+      spectra=sorted({tuple(s) for r in results_by_source.values()
+                      for s in r["config"]["spectra"]}))
+  return dict(
+      config=config, runs=runs, fits=fits,
+      wall_time_s=float(sum(r["wall_time_s"] for r in results_by_source.values())),
+      backend=",".join(sorted({r["backend"] for r in results_by_source.values()})),
+      num_devices=max(r["num_devices"] for r in results_by_source.values()),
+      joined_from=[dict(source=name, config_hash=r.get("config_hash"),
+                        depths=r["config"]["depths"], spectra=r["config"]["spectra"],
+                        wall_time_s=r["wall_time_s"]) for name, r in results_by_source.items()],
+      unrecorded_config_fields=unrecorded)
+
+
+def write_joined(workdirs: list[str], out_dir: str) -> str:
+  """out_dir/results.json joined from the workdirs' results.json (`join_results`), then
+  out_dir/report.md and figures/ from it; returns the report's path. Refuses, before
+  writing anything, an out_dir that is one of the sources or holds a results.json that is
+  not itself a join."""
+  if os.path.abspath(out_dir) in {os.path.abspath(w) for w in workdirs}:
+    raise ValueError(f"--out {out_dir} is one of the joined workdirs; give a new directory")
+  results_by_source = {}
+  for workdir in workdirs:
+    path = os.path.join(workdir, "results.json")
+    if not os.path.exists(path):
+      raise ValueError(f"--workdirs: {workdir} holds no results.json (not a finished run)")
+    with open(path) as f:
+      results_by_source[workdir] = json.load(f)
+  joined = join_results(results_by_source)
+  out_results = os.path.join(out_dir, "results.json")
+  if os.path.exists(out_results):
+    with open(out_results) as f:
+      if "joined_from" not in json.load(f):
+        raise ValueError(f"--out {out_dir} holds the results.json of a run, not of a join; "
+                         "give a new directory")
+  os.makedirs(out_dir, exist_ok=True)
+  write_json_atomic(out_results, joined)
+  return report.write_report(out_dir)
