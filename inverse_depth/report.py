@@ -242,15 +242,17 @@ def _linear_checks(fit: dict, runs: list[dict]) -> list[tuple[bool, str]]:
 
 
 def _table(results: dict, fit: dict) -> list[str]:
-  """Per depth: means over clean seeds of R, A, C, A - C, with the seed spread of R; and,
+  """Per depth: means over clean seeds of R (with its seed spread and its change from the
+  previous depth), A, C, A - C and (A - C) / L, the two terms of R = C + (A - C) / L; and,
   where the records have it, R averaged exactly over beta with its standard error."""
   runs = runs_of(results, fit)
   averaged = any("beta_averaged_loss" in r for r in runs)
-  rows = ["| depth | R_L (mean +- seed se) | "
+  rows = ["| depth | R_L (mean +- seed se) | change from the previous depth | "
           + ("R_L averaged over beta (+- se) | " if averaged else "")
-          + "A_L | C_L | A_L - C_L | max abs identity residual | steps | converged | flagged "
-          "| diverged |",
-          "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
+          + "A_L | C_L | A_L - C_L | (A_L - C_L) / L | max abs identity residual | steps | "
+          "converged | flagged | diverged |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
+  previous_loss = float("nan")
   for depth in sorted({r["depth"] for r in runs}):
     everyone = [r for r in runs if r["depth"] == depth]
     at = analysis.clean_runs(everyone)
@@ -263,9 +265,13 @@ def _table(results: dict, fit: dict) -> list[str]:
     averaged_loss, averaged_se = analysis.beta_averaged_loss(runs, depth)
     averaged_cell = ((f"{averaged_loss:.4g} +- {averaged_se:.2g} | "
                       if np.isfinite(averaged_loss) else "- | ") if averaged else "")
+    change = mean("eval_loss") / previous_loss - 1
+    previous_loss = mean("eval_loss")
     rows.append(
-        f"| {depth} | {mean('eval_loss'):.4g} +- {spread:.2g} | {averaged_cell}"
+        f"| {depth} | {mean('eval_loss'):.4g} +- {spread:.2g} | "
+        + (f"{100 * change:+.2f}%" if np.isfinite(change) else "-") + f" | {averaged_cell}"
         f"{mean('A'):.4g} | {mean('C'):.4g} | {mean('disagreement'):.4g} | "
+        f"{mean('disagreement') / depth:.4g} | "
         f"{max(abs(r['identity_residual']) for r in at) if at else float('nan'):.1e} | "
         f"{int(np.mean([r['steps'] for r in at])) if at else 0} | "
         f"{sum(r['converged'] for r in at)}/{len(everyone)} | "
