@@ -100,8 +100,8 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
 def write_joined(workdirs: list[str], out_dir: str) -> str:
   """out_dir/results.json joined from the workdirs' results.json (`join_results`), then
   out_dir/report.md and figures/ from it; returns the report's path. Refuses, before
-  writing anything, an out_dir that is one of the sources or holds a results.json that is
-  not itself a join."""
+  writing anything, an out_dir that is one of the sources, or that exists and is neither an
+  empty directory nor an earlier join (rewritten in place)."""
   if os.path.abspath(out_dir) in {os.path.abspath(w) for w in workdirs}:
     raise ValueError(f"--out {out_dir} is one of the joined workdirs; give a new directory")
   results_by_source = {}
@@ -118,6 +118,9 @@ def write_joined(workdirs: list[str], out_dir: str) -> str:
       if "joined_from" not in json.load(f):
         raise ValueError(f"--out {out_dir} holds the results.json of a run, not of a join; "
                          "give a new directory")
+  elif os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+    raise ValueError(f"--out {out_dir} exists and is not an empty directory or an earlier "
+                     "join; give a new directory")
   os.makedirs(out_dir, exist_ok=True)
   write_json_atomic(out_results, joined)
   return report.write_report(out_dir)

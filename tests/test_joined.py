@@ -95,6 +95,11 @@ def test_write_joined_refuses_before_writing(tiny_results, tiny_run, tmp_path):
     joined.write_joined(workdirs, workdirs[0])
   with pytest.raises(ValueError, match="not of a join"):
     joined.write_joined(workdirs, tiny_run["workdir"])
+  (tmp_path / "notes").mkdir()
+  (tmp_path / "notes" / "draft.md").write_text("mine")
+  with pytest.raises(ValueError, match="not an empty directory"):
+    joined.write_joined(workdirs, str(tmp_path / "notes"))
+  assert os.listdir(tmp_path / "notes") == ["draft.md"]
   missing = str(tmp_path / "missing")
   with pytest.raises(ValueError, match="no results.json"):
     joined.write_joined(workdirs + [missing], str(tmp_path / "out"))
