@@ -269,9 +269,10 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained in "
       "depth_law.py's regime for 12000 and 24000 steps are in "
       "results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k (over "
-      "48000 steps: _48k_shallow, _48k_deep and _48k_deep_a0.25_b0.5; top-16: "
-      "results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra, and one "
-      "spectrum to L = 256: _24k_deep and _24k_256); their READMEs "
+      "48000 steps: _48k_shallow, _48k_deep and _48k_deep_a0.25_b0.5, joined in _48k_joined; "
+      "top-16: results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra, two "
+      "spectra deeper, to L = 256 and 128, in _24k_deep, _24k_256, _24k_64_a0.25_b0.25 and "
+      "_24k_128_a0.25_b0.25, all joined in _24k_joined); their READMEs "
       "give the exponents there and which depths carry them.")]
 
 
