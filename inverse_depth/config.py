@@ -232,15 +232,6 @@ def config_hash(config_dict: dict) -> str:
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def config_differences(first: dict, second: dict) -> tuple[dict, list[str]]:
-  """({field: `field: first -> second`} for every field both configs set differently, the
-  fields only one of them records: added to the config between the two runs)."""
-  differing = {field: f"{field}: {first[field]} -> {second[field]}"
-               for field in sorted(first.keys() & second.keys())
-               if first[field] != second[field]}
-  return differing, sorted(first.keys() ^ second.keys())
-
-
 SIZE_FIELDS = ("d", "P", "N")  # per model kind: input dim, context length, hidden width
 
 

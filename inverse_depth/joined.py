@@ -17,7 +17,6 @@ import json
 import os
 
 from inverse_depth import analysis, report
-from inverse_depth import config as config_lib
 from inverse_depth.files import write_json_atomic
 
 # Config fields in which joined runs may differ: which models each trained, not how.
@@ -40,7 +39,7 @@ def _check_joinable(results_by_source: dict[str, dict]) -> list[str]:
   (first_name, first), *others = results_by_source.items()
   unrecorded = set()
   for name, results in others:
-    differing, only_one = config_lib.config_differences(first["config"], results["config"])
+    differing, only_one = report.config_differences(first["config"], results["config"])
     unrecorded.update(only_one)
     other = [text for field, text in differing.items() if field not in JOINABLE_FIELDS]
     if other:

@@ -18,7 +18,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from inverse_depth import analysis, paper  # noqa: E402
-from inverse_depth import config as config_lib  # noqa: E402
 from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
 
 
@@ -630,6 +629,15 @@ SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "spectra",
                               "checkpoint_every", "ensemble_control")
 
 
+def config_differences(first: dict, second: dict) -> tuple[dict, list[str]]:
+  """({field: `field: first -> second`} for every field both configs set differently, the
+  fields only one of them records: added to the config between the two runs)."""
+  differing = {field: f"{field}: {first[field]} -> {second[field]}"
+               for field in sorted(first.keys() & second.keys())
+               if first[field] != second[field]}
+  return differing, sorted(first.keys() ^ second.keys())
+
+
 def _steps_text(steps: list[int]) -> str:
   return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}..{max(steps)}"
 
@@ -647,7 +655,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
     with open(os.path.join(workdir, "results.json")) as f:
       loaded.append(json.load(f))
   short, long = loaded
-  differing, unrecorded = config_lib.config_differences(short["config"], long["config"])
+  differing, unrecorded = config_differences(short["config"], long["config"])
   other = [text for field, text in differing.items() if field not in SCHEDULE_COMPARISON_FIELDS]
   if other:
     raise ValueError(f"{short_dir} and {long_dir} differ in more than the schedule's length "
