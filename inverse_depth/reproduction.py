@@ -272,7 +272,8 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       "48000 steps: _48k_shallow, _48k_deep and _48k_deep_a0.25_b0.5, joined in _48k_joined; "
       "top-16: results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra, two "
       "spectra deeper, to L = 256 and 128, in _24k_deep, _24k_256, _24k_64_a0.25_b0.25 and "
-      "_24k_128_a0.25_b0.25, the other two to 64 in _24k_64_two_spectra, all joined in "
+      "_24k_128_a0.25_b0.25, the other two to 64 in _24k_64_two_spectra and to 128 in "
+      "_24k_128_a0_b0.5 and _24k_128_a0.25_b0.5, all joined in "
       "_24k_joined, and (0, 0.25) over 48000 steps to L = 128 in _48k_shallow, _48k_64 "
       "and _48k_128, joined in _48k_joined); their READMEs "
       "give the exponents there and which depths carry them.")]
