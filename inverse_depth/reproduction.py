@@ -267,16 +267,12 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       f"rate {config['learning_rate']:g} for {config['max_steps']} steps; deep models need "
       "more steps to settle than shallow ones, and a short budget flattens the curve "
       "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained in "
-      "depth_law.py's regime for 12000 and 24000 steps are in "
-      "results/table4_depth_law_regime_12k and results/table4_depth_law_regime_24k (over "
-      "48000 steps: _48k_shallow, _48k_deep, _48k_deep_a0.25_b0.5 and _48k_64_a0.25_b0.25, "
-      "joined in _48k_joined; "
-      "top-16: results/table4_top16_depth_law_regime_12k, _24k and _24k_three_spectra, two "
-      "spectra deeper, to L = 256 and 128, in _24k_deep, _24k_256, _24k_64_a0.25_b0.25 and "
-      "_24k_128_a0.25_b0.25, the other two to 64 in _24k_64_two_spectra and to 128 in "
-      "_24k_128_a0_b0.5 and _24k_128_a0.25_b0.5, all joined in "
-      "_24k_joined, and (0, 0.25) over 48000 steps to L = 128 in _48k_shallow, _48k_64 "
-      "and _48k_128, joined in _48k_joined); their READMEs "
+      "depth_law.py's regime for 12000 to 48000 steps, and to depths of 64-256, are in the "
+      "`results/table4_depth_law_regime*` (top-2) and `results/table4_top16_depth_law_regime*` "
+      "(top-16) directories, each named in results/README.md. The joined ones hold each "
+      "budget's whole curve (top-2 over 48000 steps: results/table4_depth_law_regime_48k_joined; "
+      "top-16 over 24000 and 48000 steps: results/table4_top16_depth_law_regime_24k_joined and "
+      "_48k_joined), and their READMEs "
       "give the exponents there and which depths carry them.")]
 
 
