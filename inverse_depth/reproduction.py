@@ -1,5 +1,6 @@
 """The combined reproduction report: the paper's Tables 1-5 and diagnostics, from the
-results.json (and metrics.jsonl) of each table's workdir alone.
+results.json (and metrics.jsonl) of each table's workdir alone, with Table 4 also read from
+the committed runs that trained its spectra longer (TABLE4_LONGER_RUNS).
 
 Layout: ROOT/<run>/ for each run in RUNS (each an ordinary experiment workdir), and
 ROOT/report.md with ROOT/figures/*.png written here. A run that is missing is reported
@@ -25,6 +26,13 @@ RUNS = (("table1", "experiments/configs/table1.py"),
         ("table3_top2", "experiments/configs/table3_top2.py"),
         ("easy", "experiments/configs/easy.py"),
         ("table2", "experiments/configs/table2.py"))
+
+# Committed workdirs (from the repository root) that train the Table 4 spectra longer and
+# deeper than `make reproduce` can on 2 CPU cores; the combined report tabulates their fits
+# beside the paper's and leaves out any that is missing.
+TABLE4_LONGER_RUNS = ("results/table4_depth_law_regime_48k_joined",
+                      "results/table4_top16_depth_law_regime_24k_joined",
+                      "results/table4_top16_depth_law_regime_48k_joined")
 
 
 def load_results(root: str, names=tuple(name for name, _ in RUNS)) -> dict[str, dict]:
@@ -266,14 +274,79 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       f"{config['qk_init']} query/key start (scale {config['qk_init_scale']:g}) at learning "
       f"rate {config['learning_rate']:g} for {config['max_steps']} steps; deep models need "
       "more steps to settle than shallow ones, and a short budget flattens the curve "
-      "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained in "
-      "depth_law.py's regime for 12000 to 48000 steps, and to depths of 64-256, are in the "
-      "`results/table4_depth_law_regime*` (top-2) and `results/table4_top16_depth_law_regime*` "
-      "(top-16) directories, each named in results/README.md. The joined ones hold each "
-      "budget's whole curve (top-2 over 48000 steps: results/table4_depth_law_regime_48k_joined; "
-      "top-16 over 24000 and 48000 steps: results/table4_top16_depth_law_regime_24k_joined and "
-      "_48k_joined), and their READMEs "
-      "give the exponents there and which depths carry them.")]
+      "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained longer and "
+      "deeper in depth_law.py's regime are tabulated in the next section where their results "
+      "are present; results/README.md names every such run.")]
+
+
+def _windows_without_first_depth(fit: dict) -> list[dict]:
+  """`analysis.fit_depth_windows` of a fit's curve over L >= L_min for every L_min > 1 that
+  keeps report.WINDOW_MIN_DEPTHS depths."""
+  return [window for window in analysis.fit_depth_windows(
+      fit["depths"], fit["losses"], report.WINDOW_MIN_DEPTHS) if window["smallest_depth"] > 1]
+
+
+def _window_exponents(windows: list[dict]) -> str:
+  """'L>=2: alpha +- se; L>=4: ...' ('-' where a window resolves no depth term)."""
+  return "; ".join(
+      f"L>={window['smallest_depth']:g}: "
+      + (f"{window['alpha']:.2f} +- {window['alpha_se']:.2g}" if window["resolved"] else "-")
+      for window in windows) or "-"
+
+
+def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
+  """Table 4 on the curves trained longer and deeper than `make reproduce` does: for each
+  (workdir, results) and softmax fit, alpha over all depths beside the paper's with their
+  distance in standard errors, alpha over L >= L_min, and the gap exponent of L0 - C_L."""
+  if not longer:
+    return []
+  header = ["## Table 4 at longer training (committed runs, not rerun here)", "",
+            "| run | k | (a, b) | steps | depths | alpha, all depths (R^2) | paper alpha "
+            "| (ours - paper) / se | alpha over L >= L_min | gap alpha (L0 - C_L) |",
+            "|---" * 10 + "|"]
+  rows, distances, window_distances = [], [], []
+  for workdir, results in longer:
+    config = results["config"]
+    for fit in _fits(results, "softmax"):
+      target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
+      if fit["resolved"]:
+        whole = f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2g} ({fit['r2']:.3f})"
+        distance = (fit["alpha"] - target) / fit["alpha_se"] if target else float("nan")
+        distances.append(distance)
+      else:
+        whole, distance = "not resolved", float("nan")
+      windows = _windows_without_first_depth(fit)
+      window_distances += [(window["alpha"] - target) / window["alpha_se"]
+                           for window in windows if window["resolved"] and target]
+      gap = fit.get("gap_fit") or {}
+      cells = [os.path.basename(os.path.normpath(workdir)), str(fit["k"]),
+               f"({fit['a']:g}, {fit['b']:g})", str(config["max_steps"]),
+               f"{min(fit['depths']):g}..{max(fit['depths']):g}", whole,
+               report.value_or_dash(target),
+               f"{distance:+.1f}" if np.isfinite(distance) else "-", _window_exponents(windows),
+               f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g}"
+               if np.isfinite(gap.get("alpha", np.nan)) else "-"]
+      rows.append("| " + " | ".join(cells) + " |")
+  deepest_depth = max(max(fit["depths"]) for _, results in longer
+                      for fit in _fits(results, "softmax"))
+  low, high = paper.TABLE5_ALPHA_RANGE
+  config = longer[0][1]["config"]
+  return header + rows + ["", (
+      f"These curves come from runs committed under results/ (each directory's README gives "
+      f"its command and commit): the {config['qk_init']} query/key start (scale "
+      f"{config['qk_init_scale']:g}), {config['optimizer']} at learning rate "
+      f"{config['learning_rate']:g} with a {config['warmup_steps']}-step warm-up and "
+      f"{config['schedule']} schedule over the stated steps, depths to {deepest_depth:g}. Over all depths "
+      f"{len(distances)} of {len(rows)} curves resolve an exponent, and "
+      f"{sum(abs(d) <= 2 for d in distances)} of those lie within two standard errors of the "
+      f"paper's. Leaving out L = 1 (windows of at least {report.WINDOW_MIN_DEPTHS} depths), "
+      f"{len(window_distances)} window fits resolve an exponent: "
+      f"{sum(abs(d) <= 2 for d in window_distances)} lie within two standard errors of the "
+      f"paper's and {sum(d < -2 for d in window_distances)} more than two below it. The "
+      f"paper's Table 5 gap exponents ({low}-{high}) are for the Table 1 spectra; the last "
+      f"column is the same fit on these curves. Where the exponent over all depths agrees and "
+      f"the windows without L = 1 lie below it, the agreement rests on the step from L = 1 "
+      f"to 2.")]
 
 
 def table5_section(results: dict | None) -> list[str]:
@@ -541,9 +614,16 @@ def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]],
   return all_results, metrics, figures
 
 
-def write_combined_report(root: str) -> str:
-  """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
+def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS) -> str:
+  """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
+  ROOT and of the `table4_longer` workdirs."""
   all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
+  longer = []
+  for workdir in table4_longer:
+    path = os.path.join(workdir, RESULTS_FILE)
+    if os.path.exists(path):
+      with open(path) as f:
+        longer.append((workdir, json.load(f)))
   table1 = all_results.get("table1")
   sections, checks = [], []
   for lines, found in (
@@ -555,8 +635,10 @@ def write_combined_report(root: str) -> str:
       easy_section(all_results.get("easy"), metrics.get("easy", []))):
     sections += [""] + lines
     checks += found
-  sections += ([""] + table4_section([all_results.get("table4"), all_results.get("table4_top16")])
-               + [""] + table5_section(table1) + [""] + report.selection_section(table1))
+  for lines in (table4_section([all_results.get("table4"), all_results.get("table4_top16")]),
+                table4_longer_section(longer), table5_section(table1),
+                report.selection_section(table1)):
+    sections += [""] + lines if lines else []
   if all_results:
     plot_overview(all_results, os.path.join(figures, "overview.png"))
   figure_lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]

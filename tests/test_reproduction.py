@@ -81,9 +81,12 @@ def test_every_run_records_every_spectrum(reproduction_root):
 
 
 def test_combined_report(reproduction_root):
-  path = reproduction.write_combined_report(reproduction_root)
+  path = reproduction.write_combined_report(  # the table4 run stands in for a longer one
+      reproduction_root, table4_longer=[os.path.join(reproduction_root, "table4"), "absent"])
   with open(path) as f:
     text = f.read()
+  longer = text.split("## Table 4 at longer training")[1].split("## Table 5")[0]
+  assert longer.count("| table4 | 2 |") == len(config_lib.spectra(_config("table4")))
   for heading in ("## Table 1", "## Table 2", "## Table 3", "## Table 4", "## Table 5",
                   "## Easy task", "## Selection error", "## Checks"):
     assert heading in text, heading
@@ -109,6 +112,29 @@ def test_table4_section_prints_the_depth_range_the_bounds_and_the_run_regime():
   assert "0.5 -> 0.48 (L=4, -4.0%) | 0.505 | 0.495 |" in row
   assert "random query/key start (scale 0.3) at learning rate 0.001 for 24000 steps" in lines[-1]
   assert reproduction.table4_section([None, None])[-1].startswith("| - | - | not run")
+
+
+def test_table4_longer_section_sets_each_exponent_beside_the_papers():
+  """Each curve's exponent over all depths is set against the paper's in its own standard
+  errors, with the windows that leave out L = 1; the paragraph counts both."""
+  depths = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+  wobble = [1.0, 1.002, 0.999, 1.001, 1.0, 0.999]
+  losses = [(0.5 + 0.1 / L) * w for L, w in zip(depths, wobble)]
+  fit = dict(analysis.fit_depth_scaling(depths, losses), model="softmax", k=2, a=0.25, b=0.25)
+  flat = dict(analysis.fit_depth_scaling(depths, [0.5] * 6), model="softmax", k=16, a=0.0,
+              b=0.25)
+  config = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3, max_steps=48000,
+                optimizer="adam", warmup_steps=200, schedule="cosine")
+  lines = reproduction.table4_longer_section([("results/long_run/", dict(fits=[fit, flat],
+                                                                      config=config))])
+  row = next(line for line in lines if line.startswith("| long_run | 2 | (0.25, 0.25) |"))
+  assert fit["resolved"] and abs(fit["alpha"] - 1.0) < 0.1
+  distance = (fit["alpha"] - 0.97) / fit["alpha_se"]
+  assert f"| 0.97 | {distance:+.1f} |" in row and "| 48000 | 1..32 |" in row
+  assert "L>=2: " in row and "L>=4: " in row and "L>=8" not in row
+  assert "| long_run | 16 | (0, 0.25) | 48000 | 1..32 | not resolved | 0.79 | - |" in lines[-3]
+  assert "Over all depths 1 of 2 curves resolve an exponent" in lines[-1]
+  assert reproduction.table4_longer_section([]) == []
 
 
 def test_table5_reading_follows_the_gap_fits_it_sits_under():
