@@ -306,7 +306,6 @@ def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
             "|---" * 10 + "|"]
   rows, distances, window_distances = [], [], []
   for workdir, results in longer:
-    config = results["config"]
     for fit in _fits(results, "softmax"):
       target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
       if fit["resolved"]:
@@ -320,7 +319,7 @@ def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
                            for window in windows if window["resolved"] and target]
       gap = fit.get("gap_fit") or {}
       cells = [os.path.basename(os.path.normpath(workdir)), str(fit["k"]),
-               f"({fit['a']:g}, {fit['b']:g})", str(config["max_steps"]),
+               f"({fit['a']:g}, {fit['b']:g})", str(results["config"]["max_steps"]),
                f"{min(fit['depths']):g}..{max(fit['depths']):g}", whole,
                report.value_or_dash(target),
                f"{distance:+.1f}" if np.isfinite(distance) else "-", _window_exponents(windows),
@@ -329,29 +328,35 @@ def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
       rows.append("| " + " | ".join(cells) + " |")
   deepest_depth = max(max(fit["depths"]) for _, results in longer
                       for fit in _fits(results, "softmax"))
+  regimes = sorted({_regime(results["config"]) for _, results in longer})
   low, high = paper.TABLE5_ALPHA_RANGE
-  config = longer[0][1]["config"]
   return header + rows + ["", (
       f"These curves come from runs committed under results/ (each directory's README gives "
-      f"its command and commit): the {config['qk_init']} query/key start (scale "
-      f"{config['qk_init_scale']:g}), {config['optimizer']} at learning rate "
-      f"{config['learning_rate']:g} with a {config['warmup_steps']}-step warm-up and "
-      f"{config['schedule']} schedule over the stated steps, depths to {deepest_depth:g}. Over all depths "
-      f"{len(distances)} of {len(rows)} curves resolve an exponent, and "
-      f"{sum(abs(d) <= 2 for d in distances)} of those lie within two standard errors of the "
-      f"paper's. Leaving out L = 1 (windows of at least {report.WINDOW_MIN_DEPTHS} depths), "
-      f"{len(window_distances)} window fits resolve an exponent: "
-      f"{sum(abs(d) <= 2 for d in window_distances)} lie within two standard errors of the "
-      f"paper's and {sum(d < -2 for d in window_distances)} more than two below it. The "
-      f"paper's Table 5 gap exponents ({low}-{high}) are for the Table 1 spectra; the last "
+      f"its command and commit), trained from {'; or from '.join(regimes)}, to depths of "
+      f"{deepest_depth:g}. Over all depths {len(distances)} of {len(rows)} curves resolve an "
+      f"exponent, and {sum(abs(d) <= 2 for d in distances)} of those lie within two standard "
+      f"errors of the paper's. Leaving out L = 1 (windows of at least "
+      f"{report.WINDOW_MIN_DEPTHS} depths), {len(window_distances)} window fits resolve an "
+      f"exponent: {sum(abs(d) <= 2 for d in window_distances)} lie within two standard errors "
+      f"of the paper's and {sum(d < -2 for d in window_distances)} more than two below it. "
+      f"The paper's Table 5 gap exponents ({low}-{high}) are for the Table 1 spectra; the last "
       f"column is the same fit on these curves. Where the exponent over all depths agrees and "
       f"the windows without L = 1 lie below it, the agreement rests on the step from L = 1 "
       f"to 2. What we think the reason is: the deep models are not yet at their optimum. "
-      f"Training longer lowers only the deep models (top-16 (0, 0.25), 24000 -> 48000 steps: "
-      f"L <= 4 moved under 0.1%, L = 8-128 fell 0.4-0.8%), and the shared error C_L "
-      f"still rises at the deepest depths, where the paper finds it levelling off; the paper "
-      f"trains \"until the loss has converged\" without a step count (SPEC 5). BUILD_NOTES "
-      f"\"Known not to work yet\" gives the measurements.")]
+      f"Training longer lowers the deep models and leaves the shallow ones "
+      f"(results/table4_top16_depth_law_regime_48k_shallow and _48k_128 pair every model with "
+      f"its 24000-step self), and the shared error C_L still rises at the deepest depths, "
+      f"where the paper finds it levelling off; the paper trains \"until the loss has "
+      f"converged\" without a step count (SPEC 5). BUILD_NOTES \"Known not to work yet\" "
+      f"gives the measurements.")]
+
+
+def _regime(config: dict) -> str:
+  """'the random query/key start (scale 0.3), adam at learning rate 0.001 ...' of a config."""
+  return (f"the {config['qk_init']} query/key start (scale {config['qk_init_scale']:g}) with "
+          f"{config['optimizer']} at learning rate {config['learning_rate']:g}, a "
+          f"{config['warmup_steps']}-step warm-up and a {config['schedule']} schedule over the "
+          f"stated steps")
 
 
 def table5_section(results: dict | None) -> list[str]:
