@@ -628,12 +628,7 @@ def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
   ROOT and of the `table4_longer` workdirs."""
   all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
-  longer = []
-  for workdir in table4_longer:
-    path = os.path.join(workdir, RESULTS_FILE)
-    if os.path.exists(path):
-      with open(path) as f:
-        longer.append((workdir, json.load(f)))
+  longer = list(load_results(".", table4_longer).items())  # paths from the repository root
   table1 = all_results.get("table1")
   sections, checks = [], []
   for lines, found in (
