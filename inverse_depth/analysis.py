@@ -49,6 +49,46 @@ def decompose(layer_preds, target) -> dict:
   return dict(R=R, A=A, C=C, disagreement=A - C, identity_residual=R - (C + (A - C) / depth))
 
 
+def stationarity(values, z: float) -> dict:
+  """Time average of a series of evaluations (one model's held-out loss over the averaging
+  window, in step order) and a test that the series is stationary.
+
+  The noise of one evaluation is the spread of the residuals about a straight line through
+  the series (n - 2 degrees of freedom). Consecutive evaluations of a constant-rate iterate
+  are correlated, so it is inflated by sqrt((1 + r) / (1 - r)), r the lag-1
+  autocorrelation of those residuals (clipped to [0, 0.9]). The series is stationary when the means of its two halves differ by less than `z` combined standard
+  errors (`half_z`) and its least-squares slope is less than `z` of its standard error away
+  from zero (`slope_z`). Returns mean, se (of the mean), the half means, half_z, slope (per
+  evaluation), slope_z, r, evals and `stationary`.
+  """
+  values = np.asarray(values, np.float64)
+  n = values.size
+  if n < 4:
+    raise ValueError(f"stationarity needs >= 4 evaluations; got {n}")
+  steps = np.arange(n, dtype=np.float64) - (n - 1) / 2
+  slope = float(np.sum(steps * (values - values.mean())) / np.sum(steps ** 2))
+  residuals = values - values.mean() - slope * steps
+  lag1 = (float(np.sum(residuals[1:] * residuals[:-1]) / np.sum(residuals ** 2))
+          if np.any(residuals) else 0.0)
+  r = min(max(lag1, 0.0), 0.9)
+  inflation = np.sqrt((1 + r) / (1 - r))
+  noise = inflation * np.sqrt(np.sum(residuals ** 2) / (n - 2))  # per evaluation
+  half = n // 2
+  first, second = values[:half], values[n - half:]
+  combined = noise * np.sqrt(2 / half)
+  half_difference = float(second.mean() - first.mean())
+  slope_se = noise / np.sqrt(np.sum(steps ** 2))
+
+  def in_se(x, se):
+    return abs(x) / se if se > 0 else (0.0 if x == 0 else float("inf"))
+
+  half_z, slope_z = in_se(half_difference, combined), in_se(slope, slope_se)
+  return dict(mean=float(values.mean()), se=float(inflation * values.std(ddof=1) / np.sqrt(n)),
+              first_half=float(first.mean()), second_half=float(second.mean()),
+              half_z=float(half_z), slope=slope, slope_z=float(slope_z), r=float(r), evals=n,
+              stationary=bool(half_z < z and slope_z < z))
+
+
 def is_clean(run: dict) -> bool:
   """A run record that enters means and fits: neither diverged nor flagged."""
   return not (run["diverged"] or run.get("flagged", False))

@@ -77,26 +77,50 @@ class GridCheckpoints:
 
     `like` gives the tree structure, shapes, dtypes and shardings to restore into.
     """
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     for step in reversed(self.steps()):
       try:
-        meta = self._manager.restore(
-            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-        self._check_belongs_here(meta, step)  # raises: not a corruption
-        state = self._manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract))).state
+        state, meta = self._read(step, like)
       except CheckpointMismatch:
         raise
       except Exception as error:  # noqa: BLE001 -- any failure to read means unusable
         self._quarantine(step, f"unreadable ({type(error).__name__}: {str(error)[:300]})")
         continue
-      if int(state.step) != step or meta.get("step") != step:
-        self._quarantine(step, f"holding step {int(state.step)} under step {step}")
-      elif meta.get("checksum") != state_checksum(state):
-        self._quarantine(step, "changed after the save (checksum mismatch)")
+      problem = self._problem(state, meta, step)
+      if problem:
+        self._quarantine(step, problem)
       else:
         logging.info("Restored checkpoint %s/%d", self.directory, step)
         return state, meta
+    return None
+
+  def restore(self, step: int, like: TrainState) -> TrainState:
+    """The state saved at `step`; raises CheckpointMismatch for another config's or layout's
+    checkpoint and RuntimeError for a missing, unreadable or changed one (nothing is moved:
+    the caller asked for this step, there is nothing to fall back to)."""
+    if step not in self._manager.all_steps():
+      raise RuntimeError(f"{self.directory} holds no checkpoint of step {step} (it has "
+                         f"{self.steps()})")
+    state, meta = self._read(step, like)
+    problem = self._problem(state, meta, step)
+    if problem:
+      raise RuntimeError(f"checkpoint {self.directory}/{step} is {problem}")
+    return state
+
+  def _read(self, step: int, like: TrainState) -> tuple[TrainState, dict]:
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    self._check_belongs_here(meta, step)  # raises: not a corruption
+    state = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract))).state
+    return state, meta
+
+  @staticmethod
+  def _problem(state: TrainState, meta: dict, step: int) -> str | None:
+    """What is wrong with a readable checkpoint of `step`, or None."""
+    if int(state.step) != step or meta.get("step") != step:
+      return f"holding step {int(state.step)} under step {step}"
+    if meta.get("checksum") != state_checksum(state):
+      return "changed after the save (checksum mismatch)"
     return None
 
   def _check_belongs_here(self, meta: dict, step: int) -> None:

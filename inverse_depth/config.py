@@ -123,6 +123,9 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "outlier_factor": _real_in(1.0, math.inf, open_low=True, open_high=True),
     "ensemble_control": (lambda v: isinstance(v, bool), "True or False"),
     "diagnostic_size": _int_at_least(0),
+    "stationary_evals": (lambda v: _is_int(v) and (v == 1 or v >= 4),
+                         "1 (the final iterate) or an integer >= 4 (a time average)"),
+    "stationarity_z": _POSITIVE,
     "model_overrides": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
                         and set(v.keys()) <= set(MODELS),
                         f"a mapping from model kinds ({', '.join(MODELS)}) to field values"),
@@ -140,7 +143,8 @@ RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
 # Fields added after results were saved, each with the value that reproduces the behaviour
 # from before it existed: a config holding that value hashes (and resumes a workdir) as one
 # saved without the field.
-FIELDS_ADDED_LATER = {"value_init": "random", "W_y_init_scale": 1.0}
+FIELDS_ADDED_LATER = {"value_init": "random", "W_y_init_scale": 1.0, "stationary_evals": 1,
+                      "stationarity_z": 3.0}
 
 
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
@@ -213,6 +217,17 @@ def _validate_fields(config: ml_collections.ConfigDict) -> None:
   for field in ("max_steps", "checkpoint_every"):
     if config[field] % config.eval_every:
       _fail(field, config[field], f"a multiple of eval_every = {config.eval_every}")
+  if config.stationary_evals > 1:
+    if config.schedule != "constant":
+      _fail("stationary_evals", config.stationary_evals,
+            f"1 unless schedule is 'constant' (here {config.schedule!r}): a time average is "
+            "only meaningful for a stationary iterate")
+    window_steps = (config.stationary_evals - 1) * config.eval_every
+    if window_steps >= config.max_steps - config.warmup_steps:
+      _fail("stationary_evals", config.stationary_evals,
+            f"an integer whose window (stationary_evals - 1) x eval_every = {window_steps} "
+            f"steps ends after the warm-up (max_steps - warmup_steps = "
+            f"{config.max_steps - config.warmup_steps})")
 
 
 def _canonical(value):
@@ -292,6 +307,8 @@ class GridSpec:
   eval_size: int
   eval_chunk_size: int
   diagnostic_size: int
+  stationary_evals: int  # evaluations averaged at the end of training (1: the final iterate)
+  stationarity_z: float  # threshold of the stationarity test, in standard errors
   bound_samples: int
   outlier_factor: float
   checkpoint_every: int
@@ -308,6 +325,13 @@ class GridSpec:
   @property
   def trained_depths(self) -> tuple[int, ...]:
     return (1,) * max(self.depths) if self.ensemble else self.depths
+
+  @property
+  def stationary_steps(self) -> tuple[int, ...]:
+    """The steps whose held-out evaluations are averaged: the last `stationary_evals`
+    evaluations of training (every `eval_every` steps up to max_steps)."""
+    every, last = self.train.eval_every, self.train.max_steps
+    return tuple(last - every * i for i in reversed(range(self.stationary_evals)))
 
   @property
   def name(self) -> str:
@@ -336,7 +360,9 @@ def grid_specs(config: ml_collections.ConfigDict) -> list[GridSpec]:
           init=init_scales(resolved), loop_group=resolved.loop_group,
           val_size=resolved.val_size,
           eval_size=resolved.eval_size, eval_chunk_size=resolved.eval_chunk_size,
-          diagnostic_size=resolved.diagnostic_size, bound_samples=resolved.bound_samples,
+          diagnostic_size=resolved.diagnostic_size,
+          stationary_evals=resolved.stationary_evals,
+          stationarity_z=float(resolved.stationarity_z), bound_samples=resolved.bound_samples,
           outlier_factor=resolved.outlier_factor, checkpoint_every=resolved.checkpoint_every,
           checkpoints_to_keep=resolved.checkpoints_to_keep, root_seed=resolved.seed,
           config_hash=digest))

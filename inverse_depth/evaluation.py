@@ -212,21 +212,38 @@ class GridEvaluator:
     return fields
 
   def run_records(self, spec: GridSpec, state, eval_key: jax.Array, spectrum: int, views,
-                  bound: dict | None) -> tuple[list[dict], list[dict]]:
+                  bound: dict | None, window_params: list | None = None
+                  ) -> tuple[list[dict], list[dict]]:
     """One results.json run record per (seed, view) model of one spectrum, from held-out
     predictions, and the paired differences of consecutive views (`paired_differences`).
 
     `views` lists, per reported depth L, the packed layers whose predictors form the model
     (a slice) and the trained grid models they belong to (for the bookkeeping fields).
+    `window_params` (oldest first, the last being `state.params`) are the parameters at the
+    evaluations to average (spec.stationary_steps): R, A, C, the per-context squared errors
+    behind the paired differences and the loss's standard error are time averages over
+    them, and each model records the window's `stationarity` (analysis.stationarity). The
+    diagnostics and the ensemble's member check use the final parameters.
     """
     a, b = spec.problem.spectra[spectrum]
-    layer_preds_STE, target_E, mean_label_E, found = self.evaluate(
-        state.params, eval_key, spec.eval_size, spec.eval_chunk_size, spectrum,
-        [layers for _, layers, _ in views], spec.diagnostic_size)
+    window_params = window_params or [state.params]
+    num_seeds, num_views = len(spec.seeds), len(views)
+    parts_WSV = np.empty((len(window_params), num_seeds, num_views), dtype=object)
+    squared_errors_SVE = 0.0
+    for w, params in enumerate(window_params):
+      last = w == len(window_params) - 1
+      layer_preds_STE, target_E, mean_label_E, window_found = self.evaluate(
+          params, eval_key, spec.eval_size, spec.eval_chunk_size, spectrum,
+          [layers for _, layers, _ in views], spec.diagnostic_size if last else 0)
+      squared_errors_SVE = squared_errors_SVE + np.stack([
+          [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
+           for _, layers, _ in views] for s in range(num_seeds)]) / len(window_params)
+      for s in range(num_seeds):
+        for i, (_, layers, _) in enumerate(views):
+          parts_WSV[w, s, i] = analysis.decompose(layer_preds_STE[s, layers], target_E)
+      if last:
+        found = window_found
     uniform_loss = uniform_attention_loss(mean_label_E, target_E)
-    squared_errors_SVE = np.stack([
-        [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
-         for _, layers, _ in views] for s in range(len(spec.seeds))])
     references = depth_references(bound, spec.depths)
     replicates = slice(spectrum * len(spec.seeds), (spectrum + 1) * len(spec.seeds))  # its seeds
     if spec.ensemble:  # one-layer members (member m is packed layer m), judged as models are
@@ -240,7 +257,14 @@ class GridEvaluator:
     for s, seed in enumerate(spec.seeds):
       replicate = replicates.start + s
       for i, (depth, layers, members) in enumerate(views):
-        parts = analysis.decompose(layer_preds_STE[s, layers], target_E)
+        window = [parts_WSV[w, s, i] for w in range(len(window_params))]
+        parts = {name: float(np.mean([p[name] for p in window])) for name in window[0]}
+        window_fields = {}
+        if len(window) > 1:
+          window_fields = dict(
+              window_eval_losses=[p["R"] for p in window], final_eval_loss=window[-1]["R"],
+              stationarity=analysis.stationarity([p["R"] for p in window],
+                                                 spec.stationarity_z))
         ensemble_fields = {}
         if spec.ensemble:
           ensemble_fields["outlier_members"] = [
@@ -263,7 +287,7 @@ class GridEvaluator:
             target_second_moment=float(np.mean(target_E ** 2)),
             parameters=models.parameter_count(spec.model, depth, d=spec.problem.d, N=spec.N,
                                               loop_group=spec.loop_group),
-            diagnostic_contexts=found["contexts"], **ensemble_fields,
+            diagnostic_contexts=found["contexts"], **ensemble_fields, **window_fields,
             **self.diagnostic_fields(found, state.params, replicate, s, i, members)))
     flag_outliers(runs, references, spec.outlier_factor)
     clean_SV = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),
@@ -297,7 +321,8 @@ def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
 
   A model is flagged when its loss exceeds `factor` x the median loss of the other seeds at
   its depth (unless the loss is below SOLVED_FRACTION x E[y*^2]), or `factor` x the theory
-  reference of its depth (`depth_references`), or when it averages one-layer models of which
+  reference of its depth (`depth_references`), or when its held-out loss was not stationary
+  over the averaging window (`stationarity`), or when it averages one-layer models of which
   one is an outlier by the same rule (`outlier_members` of an ensemble control: a member above
   `factor` x the median of all members or x the depth-1 reference). Flagged models are kept
   out of the means, the fits and the monotonicity check; the report names them. A model that
@@ -318,6 +343,11 @@ def flag_outliers(runs: list[dict], references: dict, factor: float) -> None:
                      f"its depth ({float(np.median(peers)):.4g})")
     if not run["diverged"] and reference is not None and run["eval_loss"] > factor * reference:
       reasons.append(f"{run['eval_loss']:.4g} > {factor:g} x the theory bound ({reference:.4g})")
+    window = run.get("stationarity")
+    if not run["diverged"] and window is not None and not window["stationary"]:
+      reasons.append(f"not stationary over its last {window['evals']} evaluations (halves "
+                     f"{window['first_half']:.4g} -> {window['second_half']:.4g}, "
+                     f"{window['half_z']:.1f} se; slope {window['slope_z']:.1f} se)")
     for member in run.get("outlier_members", []):
       reasons.append(f"its one-layer member {member['member']} is an outlier "
                      f"({member['loss']:.4g} > {member['limit']:.4g})")

@@ -161,6 +161,7 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   val_sets = tuple(sample(keys["val"], spec.val_size, a, b) for a, b in spec.problem.spectra)
   state, train_time_s = _train_resumably(spec, trainer, val_sets, workdir, stop)
   eval_start = time.time()
+  window_params = _window_params(spec, trainer, state, workdir)
   evaluator = GridEvaluator(trainer)
   if spec.ensemble:
     views = [(L, slice(0, L), list(range(L))) for L in spec.depths]
@@ -169,11 +170,26 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   runs, paired = [], []
   for spectrum, bound in enumerate(bounds):
     spectrum_runs, spectrum_paired = evaluator.run_records(spec, state, keys["eval"], spectrum,
-                                                           views, bound)
+                                                           views, bound, window_params)
     runs += spectrum_runs
     paired.append(spectrum_paired)
   return dict(runs=runs, paired_differences=paired, bounds=bounds, train_time_s=train_time_s,
               wall_time_s=train_time_s + time.time() - eval_start)
+
+
+def _window_params(spec: GridSpec, trainer: GridTrainer, state, workdir: str) -> list:
+  """The parameters at each step of spec.stationary_steps (oldest first; the last is the final
+  state's), read back from the checkpoints that training wrote at those steps. A grid that
+  stopped before max_steps (every model diverged) has no window: its final parameters."""
+  if spec.stationary_evals == 1 or int(state.step) != spec.train.max_steps:
+    return [state.params]
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
+                                max_to_keep=spec.checkpoints_to_keep + spec.stationary_evals,
+                                config_hash=spec.config_hash,
+                                layout_depths=trainer.layout.depths)
+  with contextlib.closing(checkpoints):
+    return [checkpoints.restore(step, state).params for step in spec.stationary_steps[:-1]] + [
+        state.params]
 
 
 def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: str,
@@ -182,7 +198,7 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
   metrics (one line per spectrum and evaluation) and checkpointing; returns (final state,
   training seconds over all attempts)."""
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
-                                max_to_keep=spec.checkpoints_to_keep,
+                                max_to_keep=spec.checkpoints_to_keep + spec.stationary_evals,
                                 config_hash=spec.config_hash,
                                 layout_depths=trainer.layout.depths)
   metrics = MetricsLog(workdir)
@@ -209,7 +225,8 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
                    spec.name, progress["step"], spec.train.max_steps, train_time_s,
                    progress["eta_max_s"], _validation_text(spec, progress["val_loss"]),
                    int(np.sum(progress["converged"])), np.size(progress["converged"]))
-      if progress["step"] % spec.checkpoint_every == 0 or stop.received is not None:
+      if (progress["step"] % spec.checkpoint_every == 0 or stop.received is not None
+          or progress["step"] in spec.stationary_steps):  # the averaged evaluations' states
         checkpoints.save(state, train_time_s=train_time_s)
       stop.check(f"in grid {spec.name} at step {progress['step']} (checkpoint saved)")
     checkpoints.save(state, train_time_s=train_time_s)  # the trained models, kept for analysis

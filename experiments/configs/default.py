@@ -139,6 +139,16 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # |pbar_L - p*|^2. 0 skips them. (The attention mass on the target's tokens during
   # training is measured on the first validation chunk, whatever this is.)
   config.diagnostic_size = 4096
+  # Held-out R, A and C (and each model's loss) are averaged over the last stationary_evals
+  # evaluations, one every eval_every steps up to max_steps: the time average of a
+  # constant-rate iterate, whose single snapshots move by several % (BUILD_NOTES.md
+  # "Stationary evaluation").
+  # 1: the final iterate. > 1 needs schedule "constant".
+  config.stationary_evals = 1
+  # A model is stationary over that window when the means of its two halves differ by less
+  # than stationarity_z of their standard errors, and the loss's slope across it is less
+  # than stationarity_z of its own; a model that fails is flagged (kept out of the fits).
+  config.stationarity_z = 3.0
   # Per model kind, fields whose value differs for that kind's grids (any field except
   # model, task, k, spectra, sizes, seed), e.g. the linear model's own learning
   # rate or depths. Empty: every kind runs under the fields above.

@@ -1,0 +1,159 @@
+"""Stationary evaluation of constant-rate runs: the time average over the last evaluations,
+the stationarity test, and resuming inside the averaging window."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from inverse_depth import analysis, config as config_lib, experiment
+from inverse_depth.checkpoint import GridCheckpoints
+from inverse_depth.config import ConfigError
+from tests import tiny
+
+WINDOW = 4  # evaluations averaged: steps 20, 25, 30, 35 (eval_every 5, max_steps 35)
+
+
+def window_config():
+  """The tiny softmax grid under constant-rate SGD, its last four evaluations averaged."""
+  config = tiny.tiny_config()
+  config.update(optimizer="sgd", schedule="constant", learning_rate=0.01, warmup_steps=5,
+                max_steps=35, eval_every=5, checkpoint_every=10, checkpoints_to_keep=1,
+                stationary_evals=WINDOW, diagnostic_size=0)
+  return config
+
+
+# --- the test itself ------------------------------------------------------------------------
+
+def test_white_noise_passes_at_the_nominal_rate_and_its_mean_has_the_usual_error():
+  """z = 3 on 16 independent evaluations: a stationary series fails about 1% of the time
+  (two t-tests with 14 degrees of freedom)."""
+  rng = np.random.default_rng(0)
+  series = 2.0 + 0.01 * rng.standard_normal((1000, 16))
+  found = [analysis.stationarity(values, z=3.0) for values in series]
+  assert np.mean([not f["stationary"] for f in found]) < 0.03
+  values, first = series[0], found[0]
+  assert first["mean"] == pytest.approx(values.mean())
+  assert first["first_half"] == pytest.approx(values[:8].mean())
+  assert np.median([f["se"] for f in found]) == pytest.approx(0.01 / 4, rel=0.15)
+
+
+def test_a_trend_fails_the_test():
+  rng = np.random.default_rng(1)
+  values = 2.0 - 0.004 * np.arange(16) + 0.01 * rng.standard_normal(16)  # 6% fall over 16
+  found = analysis.stationarity(values, z=3.0)
+  assert not found["stationary"]
+  assert found["second_half"] < found["first_half"]
+  assert found["slope"] < 0 and found["slope_z"] > 3
+
+
+def test_correlated_noise_widens_the_error():
+  rng = np.random.default_rng(2)
+  noise = np.zeros(200)
+  for t in range(1, 200):  # AR(1) with coefficient 0.7
+    noise[t] = 0.7 * noise[t - 1] + rng.standard_normal()
+  found = analysis.stationarity(1.0 + 0.01 * noise, z=3.0)
+  assert 0.4 < found["r"] < 0.9
+  assert found["se"] > 1.5 * 0.01 * noise.std(ddof=1) / np.sqrt(200)
+
+
+def test_a_constant_series_is_stationary_and_too_short_a_window_is_refused():
+  assert analysis.stationarity(np.ones(6), z=3.0)["stationary"]
+  with pytest.raises(ValueError, match=">= 4"):
+    analysis.stationarity([1.0, 2.0, 3.0], z=3.0)
+
+
+# --- config ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(schedule="cosine"), "stationary_evals=4 is invalid: allowed 1 unless schedule"),
+    (dict(stationary_evals=3), "stationary_evals=3 is invalid: allowed 1 .* or an integer >= 4"),
+    (dict(stationary_evals=7), "stationary_evals=7 is invalid: allowed an integer whose window"),
+])
+def test_bad_window_settings_are_refused_by_name(changes, message):
+  config = window_config()
+  config.update(changes)
+  with pytest.raises(ConfigError, match=message):
+    config_lib.validate(config)
+
+
+def test_a_final_iterate_config_hashes_as_before_the_window_existed():
+  config = tiny.tiny_config().to_dict()
+  before = {k: v for k, v in config.items() if k not in ("stationary_evals", "stationarity_z")}
+  assert config_lib.config_hash(config) == config_lib.config_hash(before)
+
+
+# --- end to end -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def window_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("window"))
+  return workdir, experiment.run(window_config(), workdir)
+
+
+def test_reported_losses_are_the_window_averages_and_keep_the_identity(window_run):
+  _, results = window_run
+  for run in results["runs"]:
+    assert len(run["window_eval_losses"]) == WINDOW
+    assert run["eval_loss"] == pytest.approx(np.mean(run["window_eval_losses"]), rel=1e-12)
+    assert run["final_eval_loss"] == run["window_eval_losses"][-1]
+    assert run["stationarity"]["evals"] == WINDOW
+    if run["depth"] > 1:
+      assert run["eval_loss"] == pytest.approx(
+          run["C"] + (run["A"] - run["C"]) / run["depth"], rel=1e-9)
+    # 20 steps at a constant rate: the iterate still moves between evaluations
+    assert len(set(run["window_eval_losses"])) == WINDOW
+
+
+def test_window_losses_are_the_final_losses_of_runs_stopped_at_those_steps(window_run,
+                                                                          tmp_path):
+  """The window reads back the states training saved at its steps: its loss at step 25 is
+  the final-iterate loss of the same run stopped there (same stream, same evaluation set;
+  the rate is constant, so max_steps changes nothing before it)."""
+  workdir, results = window_run
+  spec = config_lib.grid_specs(window_config())[0]
+  assert spec.stationary_steps == (20, 25, 30, 35)
+  steps = sorted(map(int, os.listdir(os.path.join(workdir, "checkpoints", spec.name))))
+  assert set(spec.stationary_steps) <= set(steps)
+  stopped = window_config()
+  stopped.update(max_steps=25, stationary_evals=1)
+  stopped_runs = experiment.run(stopped, str(tmp_path / "stopped"))["runs"]
+  for run, at_25 in zip(results["runs"], stopped_runs):
+    assert (run["depth"], run["seed"]) == (at_25["depth"], at_25["seed"])
+    assert "window_eval_losses" not in at_25
+    assert run["window_eval_losses"][1] == pytest.approx(at_25["eval_loss"], rel=1e-6)
+
+
+def test_a_run_stopped_inside_the_window_resumes_to_the_same_numbers(window_run, tmp_path):
+  _, reference = window_run
+  workdir = str(tmp_path / "stopped")
+  save = GridCheckpoints.save
+
+  class Crash(Exception):
+    pass
+
+  def save_then_die(self, state, *, train_time_s):
+    save(self, state, train_time_s=train_time_s)
+    if int(state.step) == 25:  # inside the window, not a checkpoint_every step
+      raise Crash
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(GridCheckpoints, "save", save_then_die)
+    with pytest.raises(Crash):
+      experiment.run(window_config(), workdir)
+  results = experiment.run(window_config(), workdir)
+  assert json.dumps(results["runs"], sort_keys=True) == json.dumps(reference["runs"],
+                                                                   sort_keys=True)
+
+
+def test_a_model_that_still_moves_is_flagged_and_left_out_of_the_fit():
+  from inverse_depth import evaluation
+  runs = [dict(depth=L, seed=0, eval_loss=1.0, diverged=False, target_second_moment=10.0,
+               stationarity=analysis.stationarity(series, z=3.0))
+          for L, series in ((1, [1.0, 1.01, 0.99, 1.0, 1.005, 0.995]),
+                            (2, [1.2, 1.15, 1.1, 1.05, 1.0, 0.95]))]
+  evaluation.flag_outliers(runs, {}, factor=1.2)
+  assert not runs[0]["flagged"]
+  assert runs[1]["flagged"] and "not stationary over its last 6 evaluations" in (
+      runs[1]["flag_reason"])
