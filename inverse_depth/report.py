@@ -128,6 +128,13 @@ def checks(results: dict) -> list[tuple[bool, str]]:
                    "vanishes, not convergence: `experiments.longer_training` tests that by "
                    "training the same models longer."
                    if results.get("config", {}).get("schedule") == "cosine" else "")))
+  windows = [r for r in live if "stationarity" in r]
+  if windows:
+    stationary = sum(r["stationarity"]["stationary"] for r in windows)
+    lines.append((stationary == len(windows),
+                  f"{stationary}/{len(windows)} models stationary over the averaging window "
+                  f"(the last {windows[0]['stationarity']['evals']} evaluations; reported R, "
+                  "A and C are their time averages)."))
   flagged = [r for r in runs if r.get("flagged")]
   lines.append((not flagged, "The run is clean: no model flagged." if not flagged else
                 f"The run is NOT clean: {len(flagged)} models flagged and kept out of the means "
@@ -426,6 +433,33 @@ def _window_fits(results: dict) -> list[str]:
           "|---|---|---|---|---|---|"] + rows
 
 
+def _stationarity_section(results: dict) -> list[str]:
+  """Per model with an averaging window: the time-averaged loss and its error over time, the
+  final iterate's, and the stationarity test (analysis.stationarity)."""
+  records = [r for r in results["runs"] if "stationarity" in r]
+  if not records:
+    return []
+  config = results["config"]
+  first_step = config["max_steps"] - (config["stationary_evals"] - 1) * config["eval_every"]
+  lines = ["", "## Stationary evaluation", "",
+           f"R, A and C are averages over {config['stationary_evals']} evaluations, steps "
+           f"{first_step}..{config['max_steps']} every {config['eval_every']}; the error over "
+           "time allows for the correlation of consecutive evaluations. A model is stationary "
+           f"when its two half-window means and its slope are within "
+           f"{config['stationarity_z']:g} standard errors of no change.", "",
+           "| model | L | seed | R (time average) | se over time | final iterate | first half "
+           "-> second half | halves (se) | slope (se) | stationary |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  for r in sorted(records, key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
+    window = r["stationarity"]
+    lines.append(f"| {r['model']} {r['a']:g},{r['b']:g} | {r['depth']} | {r['seed']} | "
+                 f"{r['eval_loss']:.4f} | {window['se']:.4f} | {r['final_eval_loss']:.4f} | "
+                 f"{window['first_half']:.4f} -> {window['second_half']:.4f} | "
+                 f"{window['half_z']:.1f} | {window['slope_z']:.1f} | "
+                 f"{'yes' if window['stationary'] else '**no**'} |")
+  return lines
+
+
 def kind_config(config: dict, kind: str) -> dict:
   """A saved config.json as the grids of model kind `kind` ran it: its `model_overrides`
   applied (config.resolve, on the plain dict a results.json holds)."""
@@ -512,6 +546,7 @@ def write_report(workdir: str) -> str:
                 "divergence_loss; frozen at the last finite state):** "
                 + ", ".join(f"depth {e['depth']} seed {e['seed']} at step {e['step']}"
                             for e in fit["excluded_diverged"]) + "."]
+  lines += _stationarity_section(results)
   if selection_records(results):
     plot_selection(results, os.path.join(workdir, "figures", "selection_error.png"))
     lines += [""] + selection_section(results)
