@@ -28,6 +28,11 @@ weight lam^(zeta - 1) on [0, 1], where it is a shifted Jacobi polynomial with R 
 (`jacobi_optimal_residual`, `jacobi_optimal_risk`). `covariance_polynomial` reads p off a
 trained linear model with each K_l replaced by its isotropic part.
 
+Optimiser noise: the stationary excess loss of constant-rate SGD with momentum, to leading
+order in the rate (`sgd_stationary_excess`) and exactly on a quadratic
+(`sgd_quadratic_excess`); under SGD each layer of a depth-L model feels 1/L of a one-layer
+model's gradient, which makes the layers' share of that excess c / L (BUILD_NOTES.md "Why SGD").
+
 Monte Carlo chunk i of every estimator here uses the key fold_in(key, i).
 """
 
@@ -37,6 +42,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 import scipy.optimize
 import scipy.special
 
@@ -456,3 +462,38 @@ def covariance_polynomial(model: dict, layers: dict) -> dict:
     gains_L[j] = model["W_o"] @ vector_N
   coefficients_L = -gains_L * product_J[1:]  # product_{j+1} = (-1)^(j+1) e_{j+1} / (L N)^(j+1)
   return dict(coefficients=coefficients_L, kappa=kappa_L, anisotropy=anisotropy_L)
+
+
+def sgd_stationary_excess(gradient_noise_trace: float, *, learning_rate: float, momentum: float,
+                          batch_size: int) -> float:
+  """Excess loss of constant-rate heavy-ball SGD at stationarity, to leading order in the rate.
+
+  Near a minimum with Hessian H, per-example gradient covariance Sigma and minibatches of B,
+  the iterate's covariance S solves H S + S H = eta_eff Sigma / B, eta_eff = eta / (1 - mu)
+  (momentum mu), so the excess E[R] - R* = tr(H S) / 2 = eta_eff tr(Sigma) / (4 B), whatever
+  H is (as long as it is positive definite where Sigma has noise). `gradient_noise_trace`
+  is tr(Sigma) of the loss whose gradient the optimiser follows.
+  """
+  return learning_rate / (1.0 - momentum) * gradient_noise_trace / (4.0 * batch_size)
+
+
+def sgd_quadratic_excess(hessian, gradient_covariance, *, learning_rate: float, momentum: float,
+                         batch_size: int) -> float:
+  """The same excess exactly, on the quadratic R(theta) = R* + (theta - theta*)^T H (theta -
+  theta*) / 2 with additive gradient noise of covariance Sigma / B: the stationary covariance
+  of the linear recursion v' = mu v + H delta + xi, delta' = delta - eta v' (optax.sgd with
+  momentum), from the discrete Lyapunov equation; returns tr(H S_delta) / 2. Raises
+  ValueError when the recursion is unstable (no stationary state)."""
+  H = np.atleast_2d(np.asarray(hessian, np.float64))
+  noise = np.atleast_2d(np.asarray(gradient_covariance, np.float64)) / batch_size
+  n, eta, mu = H.shape[0], learning_rate, momentum
+  identity = np.eye(n)
+  # state (delta, v): v' = H delta + mu v + xi; delta' = delta - eta v'
+  transition = np.block([[identity - eta * H, -eta * mu * identity], [H, mu * identity]])
+  if np.max(np.abs(np.linalg.eigvals(transition))) >= 1:
+    raise ValueError(f"sgd_quadratic_excess: learning_rate {eta:g} with momentum {mu:g} is "
+                     "unstable on this Hessian (no stationary state)")
+  injection = np.vstack([-eta * identity, identity])
+  covariance = scipy.linalg.solve_discrete_lyapunov(transition,
+                                                    injection @ noise @ injection.T)
+  return float(np.trace(H @ covariance[:n, :n]) / 2)
