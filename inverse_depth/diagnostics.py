@@ -157,3 +157,25 @@ def loss_along_m(predict: Callable, params, target_B, weights_VT) -> np.ndarray:
     views_SVB = np.einsum("vt,stb->svb", np.asarray(weights_VT), predict(moved))
     losses.append(np.mean((views_SVB - np.asarray(target_B)) ** 2, axis=-1))
   return np.stack(losses, axis=-1)
+
+
+def gradient_noise(layer_predictions: Callable, model: dict, layers: dict,
+                   batch: Batch) -> dict:
+  """Per-context gradient noise of one model's loss on `batch`: tr Cov_i[grad l_i] with
+  l_i = (y_hat_i - y*_i)^2, the covariance taken over the batch's contexts, split into the
+  per-layer leaves (`layer`: W_q, W_k, ... of every layer) and the leaves the layers share
+  (`model`: W_x, W_y, W_v, W_o, ...). `model`, `layers`: GridLayout.model_params of one
+  model (layer leaves [depth, ...]). theory.sgd_stationary_excess turns a trace into the
+  excess loss it costs at a constant rate."""
+  depth = jax.tree.leaves(layers)[0].shape[0]
+  layout = GridLayout((depth,))
+  params = dict(model=jax.tree.map(lambda x: x[None], model), layer=layers)
+
+  def context_loss(p, one_context):
+    one = jax.tree.map(lambda x: x[None], one_context)
+    prediction = layout.model_mean(layer_predictions(p, one, layout))[0, 0]
+    return (prediction - one.target_B[0]) ** 2
+
+  grads = jax.vmap(jax.grad(context_loss), (None, 0))(params, batch)
+  return {group: sum(jnp.sum(jnp.var(leaf, axis=0)) for leaf in jax.tree.leaves(grads[group]))
+          for group in ("layer", "model")}

@@ -143,6 +143,33 @@ def _cached_bound(spec: GridSpec, a: float, b: float, workdir: str) -> dict | No
   return bound
 
 
+def grid_trainer(spec: GridSpec) -> GridTrainer:
+  """The trainer of one grid (its layout, compiled steps and initial state)."""
+  keys = _root_keys(spec.root_seed)
+  return GridTrainer(spec.model, spec.problem, spec.trained_depths, spec.seeds, spec.train,
+                     N=spec.N, init_scales=spec.init, init_key=keys["init"],
+                     data_key=keys["data"], loop_group=spec.loop_group)
+
+
+def read_window(spec: GridSpec, trainer: GridTrainer, like, workdir: str,
+                steps: tuple[int, ...]) -> list:
+  """The grid's parameters at `steps`, read from the checkpoints training wrote there
+  (`like`: a state giving the tree, shapes and shardings)."""
+  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
+                                max_to_keep=spec.checkpoints_to_keep + spec.stationary_evals,
+                                config_hash=spec.config_hash,
+                                layout_depths=trainer.layout.depths)
+  with contextlib.closing(checkpoints):
+    return [checkpoints.restore(step, like).params for step in steps]
+
+
+def window_params(spec: GridSpec, workdir: str) -> list:
+  """The parameters of a finished grid at each step of spec.stationary_steps (oldest first),
+  for analyses after the run (inverse_depth.sgd_noise)."""
+  trainer = grid_trainer(spec)
+  return read_window(spec, trainer, trainer.init_state(), workdir, spec.stationary_steps)
+
+
 def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
                bounds: list[dict | None]) -> dict:
   """Trains (or resumes) one grid and evaluates it, spectrum by spectrum.
@@ -154,14 +181,17 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   "bounds" (one entry per spectrum), "train_time_s", "wall_time_s"}.
   """
   keys = _root_keys(spec.root_seed)
-  trainer = GridTrainer(spec.model, spec.problem, spec.trained_depths, spec.seeds, spec.train,
-                        N=spec.N, init_scales=spec.init, init_key=keys["init"],
-                        data_key=keys["data"], loop_group=spec.loop_group)
+  trainer = grid_trainer(spec)
   sample = jax.jit(spec.problem.sample, static_argnums=1)
   val_sets = tuple(sample(keys["val"], spec.val_size, a, b) for a, b in spec.problem.spectra)
   state, train_time_s = _train_resumably(spec, trainer, val_sets, workdir, stop)
   eval_start = time.time()
-  window_params = _window_params(spec, trainer, state, workdir)
+  # The states whose evaluations are averaged (spec.stationary_steps): the final one, and
+  # before it those training checkpointed in the window. A grid that stopped before
+  # max_steps (every model diverged) has no window.
+  window = [state.params]
+  if spec.stationary_evals > 1 and int(state.step) == spec.train.max_steps:
+    window = read_window(spec, trainer, state, workdir, spec.stationary_steps[:-1]) + window
   evaluator = GridEvaluator(trainer)
   if spec.ensemble:
     views = [(L, slice(0, L), list(range(L))) for L in spec.depths]
@@ -170,26 +200,11 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   runs, paired = [], []
   for spectrum, bound in enumerate(bounds):
     spectrum_runs, spectrum_paired = evaluator.run_records(spec, state, keys["eval"], spectrum,
-                                                           views, bound, window_params)
+                                                           views, bound, window)
     runs += spectrum_runs
     paired.append(spectrum_paired)
   return dict(runs=runs, paired_differences=paired, bounds=bounds, train_time_s=train_time_s,
               wall_time_s=train_time_s + time.time() - eval_start)
-
-
-def _window_params(spec: GridSpec, trainer: GridTrainer, state, workdir: str) -> list:
-  """The parameters at each step of spec.stationary_steps (oldest first; the last is the final
-  state's), read back from the checkpoints that training wrote at those steps. A grid that
-  stopped before max_steps (every model diverged) has no window: its final parameters."""
-  if spec.stationary_evals == 1 or int(state.step) != spec.train.max_steps:
-    return [state.params]
-  checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
-                                max_to_keep=spec.checkpoints_to_keep + spec.stationary_evals,
-                                config_hash=spec.config_hash,
-                                layout_depths=trainer.layout.depths)
-  with contextlib.closing(checkpoints):
-    return [checkpoints.restore(step, state).params for step in spec.stationary_steps[:-1]] + [
-        state.params]
 
 
 def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: str,

@@ -186,3 +186,28 @@ def test_each_kind_gets_its_diagnostics():
       evaluation.M_PROFILE, evaluation.SCORING_GEOMETRY)
   assert evaluation.diagnostics_of("softmax") == (
       evaluation.MODEWISE, evaluation.SELECTION, evaluation.SCORING_GEOMETRY)
+
+
+def test_gradient_noise_is_the_variance_of_the_trainers_per_context_gradients():
+  """Against the training loss itself: train.grid_losses on one context at a time, one grad
+  each, the variance over contexts summed per parameter group."""
+  from inverse_depth import train
+  layout = GridLayout((2,))
+  params = jax.tree.map(lambda x: x[0], init_grid(jax.random.key(0), layout, (0,), d=4, N=8,
+                                                  scales=InitScales(), model="softmax"))
+  batch = tasks.sample_batch(jax.random.key(1), 16, d=4, P=8, a=0.0, b=0.0, task="topk", k=2)
+  predictions = LAYER_PREDICTIONS["softmax"]
+  found = diagnostics.gradient_noise(predictions, *layout.model_params(params, 0), batch)
+
+  def one_context_grad(i):
+    one = jax.tree.map(lambda x: x[i:i + 1][None], batch)  # [S=1, B=1, ...]
+    return jax.grad(lambda p: train.grid_losses(predictions, p, one, layout).sum())(
+        jax.tree.map(lambda x: x[None], params))
+
+  grads = [one_context_grad(i) for i in range(16)]
+  for group in ("layer", "model"):
+    stacked = [np.stack([np.asarray(leaf) for leaf in leaves])
+               for leaves in zip(*(jax.tree.leaves(g[group]) for g in grads))]
+    expected = sum(float(np.sum(np.var(leaf, axis=0))) for leaf in stacked)
+    assert float(found[group]) == pytest.approx(expected, rel=1e-4)
+    assert expected > 0

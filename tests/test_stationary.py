@@ -157,3 +157,23 @@ def test_a_model_that_still_moves_is_flagged_and_left_out_of_the_fit():
   assert not runs[0]["flagged"]
   assert runs[1]["flagged"] and "not stationary over its last 6 evaluations" in (
       runs[1]["flag_reason"])
+
+
+def test_the_noise_prediction_reads_the_window_of_a_finished_run(window_run):
+  """experiments.sgd_noise end to end on the tiny run: one trace per window step and seed,
+  turned into excesses by theory.sgd_stationary_excess and written next to the fit."""
+  from inverse_depth import sgd_noise, theory
+  workdir, results = window_run
+  found = sgd_noise.one_layer_noise(workdir, num_contexts=64, chunk_size=32)
+  assert found["layer"].shape == found["model"].shape == (WINDOW, 2)
+  assert np.all(found["layer"] > 0) and np.all(found["model"] > 0)
+  assert len(set(found["layer"][:, 0])) == WINDOW  # each step its own state
+  path = sgd_noise.write_report(workdir, num_contexts=64)
+  with open(os.path.join(workdir, sgd_noise.NOISE_FILE)) as f:
+    written = json.load(f)
+  config = window_config()
+  assert written["predicted_c"] == pytest.approx(theory.sgd_stationary_excess(
+      written["trace_layer"], learning_rate=config.learning_rate, momentum=config.momentum,
+      batch_size=config.batch_size))
+  assert written["fitted_c"] == results["fits"][0]["c"]
+  assert "| c (depth term) |" in open(path).read()

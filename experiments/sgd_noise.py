@@ -1,0 +1,26 @@
+"""Predict the SGD law's c and floor excess from gradient noise (no training).
+
+    python -m experiments.sgd_noise --workdir=results/sgd_law
+
+Reads a finished constant-rate run (config.json, results.json and the checkpoints of its
+averaging window), measures the per-context gradient noise of its one-layer models and writes
+WORKDIR/sgd_noise.json and WORKDIR/sgd_noise.md: eta_eff tr(Sigma) / (4 B) for the layer
+weights (the predicted c) and the shared weights (the predicted L0 - best single layer),
+beside the fitted values (`inverse_depth.sgd_noise`).
+"""
+
+from absl import app, flags
+
+from inverse_depth import sgd_noise
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A finished constant-rate run.", required=True)
+_CONTEXTS = flags.DEFINE_integer("contexts", 4096, "Contexts the noise is measured on.")
+
+
+def main(argv):
+  del argv
+  print(f"Report: {sgd_noise.write_report(_WORKDIR.value, _CONTEXTS.value)}")
+
+
+if __name__ == "__main__":
+  app.run(main)
