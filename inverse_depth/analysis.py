@@ -349,6 +349,8 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
              paired_differences=paired, non_monotone_depths=non_monotone_depths(paired),
              bound=bound,
              all_converged=all(r["converged"] for r in runs if not r["diverged"]))
+  if "learning_rate" in first:  # a rate sweep's grids differ in it
+    fit["learning_rate"] = first["learning_rate"]
   fit["clean"] = not fit["flagged"] and not fit["excluded_diverged"]
   if len(keep) >= 2:
     fit.update(fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
@@ -362,7 +364,9 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   return fit
 
 
-GRID_FIELDS = ("model", "task", "k", "a", "b")  # one grid: the runs behind one fit record
+# One grid: the runs behind one fit record. Records made before rate sweeps have no
+# learning_rate: read these fields with .get (a missing one is None on both sides).
+GRID_FIELDS = ("model", "task", "k", "a", "b", "learning_rate")
 PAIRING_FIELDS = GRID_FIELDS + ("depth", "seed")  # one trained model
 
 
@@ -370,7 +374,7 @@ def _by_model(runs: list[dict], name: str) -> dict[tuple, dict]:
   """The clean records of one run keyed by PAIRING_FIELDS; a model twice is an error."""
   keyed = {}
   for run in clean_runs(runs):
-    key = tuple(run[field] for field in PAIRING_FIELDS)
+    key = tuple(run.get(field) for field in PAIRING_FIELDS)
     if key in keyed:
       raise ValueError(f"{name} holds model {dict(zip(PAIRING_FIELDS, key))} twice")
     keyed[key] = run

@@ -97,6 +97,11 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "schedule": (lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
     "depth_scaled_layer_lr": (lambda v: isinstance(v, bool), "True or False"),
     "learning_rate": _POSITIVE,
+    "rate_factors": (lambda v: isinstance(v, (list, tuple)) and len(v) > 0
+                     and all(_is_real(f) and 0 < f < math.inf for f in v)
+                     and len(set(map(float, v))) == len(v),
+                     "a non-empty list of distinct positive numbers (each model is trained at "
+                     "learning_rate x each of them)"),
     "warmup_steps": _int_at_least(0),
     "max_steps": _int_at_least(1),
     "eval_every": _int_at_least(1),
@@ -144,7 +149,7 @@ RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
 # from before it existed: a config holding that value hashes (and resumes a workdir) as one
 # saved without the field.
 FIELDS_ADDED_LATER = {"value_init": "random", "W_y_init_scale": 1.0, "stationary_evals": 1,
-                      "stationarity_z": 3.0}
+                      "stationarity_z": 3.0, "rate_factors": [1.0]}
 
 
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
@@ -242,8 +247,8 @@ def _canonical(value):
 def config_hash(config_dict: dict) -> str:
   """SHA-256 (first 16 hex digits) of the fields that determine the results."""
   fields = {k: _canonical(v) for k, v in config_dict.items()
-            if k not in RUNTIME_FIELDS and not (k in FIELDS_ADDED_LATER
-                                                and v == FIELDS_ADDED_LATER[k])}
+            if k not in RUNTIME_FIELDS and not (
+                k in FIELDS_ADDED_LATER and _canonical(v) == _canonical(FIELDS_ADDED_LATER[k]))}
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -299,6 +304,7 @@ class GridSpec:
   problem: Problem  # task, k, d, P and the spectra
   depths: tuple[int, ...]  # the reported depths
   seeds: tuple[int, ...]
+  rate_factors: tuple[float, ...]  # every model trains at learning_rate x each of them
   N: int  # hidden width
   train: TrainSettings
   init: InitScales
@@ -356,6 +362,7 @@ def grid_specs(config: ml_collections.ConfigDict) -> list[GridSpec]:
       specs.append(GridSpec(
           model=model, ensemble=ensemble, problem=problem(resolved, model),
           depths=tuple(int(L) for L in resolved.depths), seeds=tuple(range(resolved.num_seeds)),
+          rate_factors=tuple(float(f) for f in resolved.rate_factors),
           N=width(resolved, model), train=train_settings(resolved),
           init=init_scales(resolved), loop_group=resolved.loop_group,
           val_size=resolved.val_size,

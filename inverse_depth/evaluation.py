@@ -89,15 +89,16 @@ class GridEvaluator:
     self._diagnose = jax.jit(self._chunk_diagnostics)
 
   def _chunk_diagnostics(self, params, batch: tasks.Batch, rotations_BDD: jax.Array,
-                         spectrum: jax.Array, view_weights_VT: jax.Array) -> dict:
-    """The kind's diagnostics on one batch of a spectrum, per seed and view (a view's
+                         group: jax.Array, view_weights_VT: jax.Array) -> dict:
+    """The kind's diagnostics on one batch of a group's spectrum, per seed and view (a view's
     prediction is sum_t view_weights_VT[v, t] f_t): mode-wise losses [seeds, V, D], the
     zero predictor's [D] and the loss averaged over beta per context [seeds, V, B];
     selection errors [seeds, V, B]; the first layer's tr S_1 and |S_1|_F^2 [seeds, M, B]
     and S_1 of the batch's first context, first HEATMAP_TOKENS tokens
     [seeds, M, HEATMAP_TOKENS, HEATMAP_TOKENS]."""
     model, layout = self.trainer.model, self.trainer.layout
-    seed_params = self.trainer.spectrum_params(params, spectrum)
+    seed_params = self.trainer.group_params(params, group)
+    spectrum = jnp.asarray([j for j, _ in self.trainer.groups])[group]
     out = {}
     if MODEWISE in self.diagnostic_names:
       omega_D = tasks.power_spectrum(self.problem.d,
@@ -125,9 +126,10 @@ class GridEvaluator:
                                                            :HEATMAP_TOKENS])
     return out
 
-  def evaluate(self, params, key: jax.Array, size: int, chunk_size: int, spectrum: int,
+  def evaluate(self, params, key: jax.Array, size: int, chunk_size: int, group: int,
                views: list[slice], diagnostic_size: int):
-    """Evaluation of one spectrum's seeds on sample_contexts(split(key, size)), drawn and
+    """Evaluation of one group's seeds (trainer.groups) on sample_contexts(split(key, size))
+    of its spectrum, drawn and
     evaluated chunk by chunk so that only one chunk of contexts is in memory (at d = 128,
     P = 1024 the whole set would not be).
 
@@ -138,7 +140,7 @@ class GridEvaluator:
     `contexts`, how many contexts they cover.
     """
     trainer, problem = self.trainer, self.problem
-    a, b = problem.spectra[spectrum]
+    a, b = problem.spectra[trainer.groups[group][0]]
     keys = jax.random.split(key, size)
     weights_VT = diagnostics.view_weights(trainer.layout.total_layers, views)
     preds, targets, mean_labels, per_chunk, counts = [], [], [], [], []
@@ -146,15 +148,15 @@ class GridEvaluator:
       chunk_keys = keys[start:start + chunk_size]
       chunk = _sample_contexts(chunk_keys, d=problem.d, P=problem.P, a=a, b=b,
                                task=problem.task, k=problem.k)
-      preds.append(trainer.predict(params, chunk, chunk_size, spectrum))
+      preds.append(trainer.predict(params, chunk, chunk_size, group))
       targets.append(np.asarray(chunk.target_B, np.float64))
       mean_labels.append(np.asarray(chunk.y_context_BP, np.float64).mean(axis=1))
       if start < diagnostic_size:
         found = jax.tree.map(np.asarray, self._diagnose(
-            params, chunk, _context_rotations(chunk_keys, problem.d), spectrum, weights_VT))
+            params, chunk, _context_rotations(chunk_keys, problem.d), group, weights_VT))
         if M_PROFILE in self.diagnostic_names:
           found["m_profile_loss"] = diagnostics.loss_along_m(
-              lambda moved: trainer.predict(moved, chunk, len(chunk_keys), spectrum), params,
+              lambda moved: trainer.predict(moved, chunk, len(chunk_keys), group), params,
               chunk.target_B, weights_VT)
         per_chunk.append(found)
         counts.append(float(len(chunk_keys)))
@@ -211,10 +213,11 @@ class GridEvaluator:
                                  loss=found["m_profile_loss"][seed_index, view].tolist())
     return fields
 
-  def run_records(self, spec: GridSpec, state, eval_key: jax.Array, spectrum: int, views,
+  def run_records(self, spec: GridSpec, state, eval_key: jax.Array, group: int, views,
                   bound: dict | None, window_params: list | None = None
                   ) -> tuple[list[dict], list[dict]]:
-    """One results.json run record per (seed, view) model of one spectrum, from held-out
+    """One results.json run record per (seed, view) model of one group (a spectrum and a
+    learning rate: trainer.groups), from held-out
     predictions, and the paired differences of consecutive views (`paired_differences`).
 
     `views` lists, per reported depth L, the packed layers whose predictors form the model
@@ -225,6 +228,7 @@ class GridEvaluator:
     them, and each model records the window's `stationarity` (analysis.stationarity). The
     diagnostics and the ensemble's member check use the final parameters.
     """
+    spectrum, rate_factor = self.trainer.groups[group]
     a, b = spec.problem.spectra[spectrum]
     window_params = window_params or [state.params]
     num_seeds, num_views = len(spec.seeds), len(views)
@@ -233,7 +237,7 @@ class GridEvaluator:
     for w, params in enumerate(window_params):
       last = w == len(window_params) - 1
       layer_preds_STE, target_E, mean_label_E, window_found = self.evaluate(
-          params, eval_key, spec.eval_size, spec.eval_chunk_size, spectrum,
+          params, eval_key, spec.eval_size, spec.eval_chunk_size, group,
           [layers for _, layers, _ in views], spec.diagnostic_size if last else 0)
       squared_errors_SVE = squared_errors_SVE + np.stack([
           [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
@@ -245,7 +249,7 @@ class GridEvaluator:
         found = window_found
     uniform_loss = uniform_attention_loss(mean_label_E, target_E)
     references = depth_references(bound, spec.depths)
-    replicates = slice(spectrum * len(spec.seeds), (spectrum + 1) * len(spec.seeds))  # its seeds
+    replicates = slice(group * len(spec.seeds), (group + 1) * len(spec.seeds))  # its seeds
     if spec.ensemble:  # one-layer members (member m is packed layer m), judged as models are
       members_STE = layer_preds_STE[:, :self.trainer.num_models]  # not a padding model's
       member_loss_ST = ((members_STE.astype(np.float64) - target_E) ** 2).mean(axis=-1)
@@ -273,6 +277,7 @@ class GridEvaluator:
         runs.append(dict(
             model=spec.label, task=spec.problem.task, k=spec.problem.k, a=a, b=b,
             d=spec.problem.d, P=spec.problem.P, N=spec.N, depth=depth, seed=seed,
+            learning_rate=spec.train.learning_rate * rate_factor,
             eval_loss=parts["R"],
             eval_loss_se=float(squared_errors_SVE[s, i].std() / np.sqrt(target_E.size)),
             A=parts["A"], C=parts["C"], disagreement=parts["disagreement"],

@@ -148,7 +148,8 @@ def grid_trainer(spec: GridSpec) -> GridTrainer:
   keys = _root_keys(spec.root_seed)
   return GridTrainer(spec.model, spec.problem, spec.trained_depths, spec.seeds, spec.train,
                      N=spec.N, init_scales=spec.init, init_key=keys["init"],
-                     data_key=keys["data"], loop_group=spec.loop_group)
+                     data_key=keys["data"], loop_group=spec.loop_group,
+                     rate_factors=spec.rate_factors)
 
 
 def read_window(spec: GridSpec, trainer: GridTrainer, like, workdir: str,
@@ -172,13 +173,15 @@ def window_params(spec: GridSpec, workdir: str) -> list:
 
 def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
                bounds: list[dict | None]) -> dict:
-  """Trains (or resumes) one grid and evaluates it, spectrum by spectrum.
+  """Trains (or resumes) one grid and evaluates it, group by group (a spectrum and a
+  learning rate: GridTrainer.groups).
 
   With `spec.ensemble`, the grid is the ensemble control of a softmax grid: per seed,
   max(depths) one-layer models (independent initialisations, the seed's training
   stream), reported at each depth L as the average of the first L of them.
-  Returns {"runs": one record per (spectrum, seed, depth) model, "paired_differences" and
-  "bounds" (one entry per spectrum), "train_time_s", "wall_time_s"}.
+  Returns {"runs": one record per (spectrum, rate, seed, depth) model, "groups" (a, b and
+  learning_rate of each group), "paired_differences" and "bounds" (one entry per group),
+  "train_time_s", "wall_time_s"}. `bounds` has one entry per spectrum.
   """
   keys = _root_keys(spec.root_seed)
   trainer = grid_trainer(spec)
@@ -197,20 +200,23 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
     views = [(L, slice(0, L), list(range(L))) for L in spec.depths]
   else:
     views = [(L, trainer.layout.layer_slice(m), [m]) for m, L in enumerate(spec.depths)]
-  runs, paired = [], []
-  for spectrum, bound in enumerate(bounds):
-    spectrum_runs, spectrum_paired = evaluator.run_records(spec, state, keys["eval"], spectrum,
-                                                           views, bound, window)
-    runs += spectrum_runs
-    paired.append(spectrum_paired)
-  return dict(runs=runs, paired_differences=paired, bounds=bounds, train_time_s=train_time_s,
-              wall_time_s=train_time_s + time.time() - eval_start)
+  runs, groups, paired = [], [], []
+  for group, (spectrum, rate_factor) in enumerate(trainer.groups):
+    group_runs, group_paired = evaluator.run_records(spec, state, keys["eval"], group, views,
+                                                     bounds[spectrum], window)
+    a, b = spec.problem.spectra[spectrum]
+    runs += group_runs
+    groups.append(dict(a=a, b=b, learning_rate=spec.train.learning_rate * rate_factor))
+    paired.append(group_paired)
+  return dict(runs=runs, groups=groups, paired_differences=paired,
+              bounds=[bounds[spectrum] for spectrum, _ in trainer.groups],
+              train_time_s=train_time_s, wall_time_s=train_time_s + time.time() - eval_start)
 
 
 def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: str,
                      stop: StopSignals):
   """Runs trainer.fit from the newest checkpoint (or from initialisation), logging
-  metrics (one line per spectrum and evaluation) and checkpointing; returns (final state,
+  metrics (one line per group and evaluation) and checkpointing; returns (final state,
   training seconds over all attempts)."""
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
                                 max_to_keep=spec.checkpoints_to_keep + spec.stationary_evals,
@@ -232,10 +238,12 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
       train_time_s = previous_time_s + progress["elapsed_s"]
       per_model = {k: v for k, v in progress.items() if isinstance(v, list)}
       metrics.append([
-          dict(model=spec.label, a=a, b=b, train_time_s=train_time_s,
+          dict(model=spec.label, a=spec.problem.spectra[spectrum][0],
+               b=spec.problem.spectra[spectrum][1],
+               learning_rate=spec.train.learning_rate * rate_factor, train_time_s=train_time_s,
                **{k: v for k, v in progress.items() if k not in per_model},
-               **{k: v[j * num_seeds:(j + 1) * num_seeds] for k, v in per_model.items()})
-          for j, (a, b) in enumerate(spec.problem.spectra)])
+               **{k: v[g * num_seeds:(g + 1) * num_seeds] for k, v in per_model.items()})
+          for g, (spectrum, rate_factor) in enumerate(trainer.groups)])
       logging.info("[%s] step %d/%d  %.0fs trained, <= %.0fs left  val R: %s  converged %d/%d",
                    spec.name, progress["step"], spec.train.max_steps, train_time_s,
                    progress["eta_max_s"], _validation_text(spec, progress["val_loss"]),
@@ -254,9 +262,9 @@ def _validation_text(spec: GridSpec, val_loss_SM) -> str:
   if spec.ensemble:
     return (f"{len(val_by_model)} one-layer models, mean {val_by_model.mean():.4g} "
             f"(min {val_by_model.min():.4g}, max {val_by_model.max():.4g})")
-  num_spectra = len(spec.problem.spectra)
+  num_groups = len(spec.problem.spectra) * len(spec.rate_factors)
   return (" ".join(f"L{L}={r:.4g}" for L, r in zip(spec.depths, val_by_model))
-          + (f" (mean over {num_spectra} spectra)" if num_spectra > 1 else ""))
+          + (f" (mean over {num_groups} spectra and rates)" if num_groups > 1 else ""))
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = False) -> dict:
@@ -294,10 +302,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
         write_json_atomic(grid_path, grid)
         trained.append(spec.name)
       all_runs.extend(grid["runs"])
-      for (a, b), paired, bound in zip(spec.problem.spectra, grid["paired_differences"],
-                                       grid["bounds"]):
+      # grids saved before rate sweeps existed have one group per spectrum and no "groups"
+      groups = grid.get("groups") or [dict(a=a, b=b) for a, b in spec.problem.spectra]
+      for group, paired, bound in zip(groups, grid["paired_differences"], grid["bounds"]):
         fits.append(analysis.fit_grid(
-            [r for r in grid["runs"] if (r["a"], r["b"]) == (a, b)], paired, bound))
+            [r for r in grid["runs"] if all(r.get(k) == v for k, v in group.items())], paired,
+            bound))
       grid_times.append(grid["wall_time_s"])
   if not trained:
     logging.info("Every grid was already finished: results regenerated without training.")

@@ -24,11 +24,11 @@ JOINABLE_FIELDS = ("depths", "spectra", "checkpoint_every")
 
 
 def _model_key(run: dict) -> tuple:
-  return tuple(run[field] for field in analysis.PAIRING_FIELDS)
+  return tuple(run.get(field) for field in analysis.PAIRING_FIELDS)
 
 
 def _grid_key(record: dict) -> tuple:
-  return tuple(record[field] for field in analysis.GRID_FIELDS)
+  return tuple(record.get(field) for field in analysis.GRID_FIELDS)
 
 
 def _check_joinable(results_by_source: dict[str, dict]) -> list[str]:

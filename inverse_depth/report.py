@@ -23,13 +23,14 @@ from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
 
 def grid_label(fit: dict) -> str:
   task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
-  return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g})"
+  rate = f", lr {fit['learning_rate']:g}" if fit.get("learning_rate") is not None else ""
+  return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g}){rate}"
 
 
 def runs_of(results: dict, fit: dict) -> list[dict]:
   """The run records of one fit's grid (same model, task, k and spectrum)."""
   return [r for r in results["runs"]
-          if all(r[f] == fit[f] for f in analysis.GRID_FIELDS)]
+          if all(r.get(f) == fit.get(f) for f in analysis.GRID_FIELDS)]
 
 
 def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -706,7 +707,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
                         for c in changes if len(c["changes"]) > 1})
   rows_by_grid: dict[tuple, list[dict]] = {}
   for c in changes:
-    rows_by_grid.setdefault(tuple(c[f] for f in analysis.GRID_FIELDS), []).append(c)
+    rows_by_grid.setdefault(tuple(c.get(f) for f in analysis.GRID_FIELDS), []).append(c)
   lines = ["# Trained longer: does the depth curve move?", "",
            f"The same models (paired by {', '.join(analysis.PAIRING_FIELDS)}) from `{short_dir}` "
            f"and `{long_dir}`, on the same held-out contexts: {num_models} pairs; "

@@ -180,10 +180,12 @@ class GridTrainer:
   """Compiled functions for one grid: a model kind, a problem, depths and seeds.
 
   The leading axis S of every per-model array runs over *replicates*, the
-  (spectrum, seed) pairs of the grid, spectrum-major: replicate r trains on
-  spectrum `replicate_spectrum[r]` with seed `replicate_seed[r]`. Its
-  initialisation and data stream depend on the seed only, so the models of one
-  seed see the same rotations and Gaussian draws under every spectrum.
+  (spectrum, rate factor, seed) triples of the grid in that order: replicate r trains on
+  spectrum `replicate_spectrum[r]` at learning rate `learning_rate x
+  replicate_rate_factor[r]` with seed `replicate_seed[r]`. A *group* is one (spectrum, rate
+  factor) pair (`groups`), its replicates the seeds, contiguous. Initialisation and data
+  stream depend on the seed only, so the models of one seed start alike and see the same
+  rotations and Gaussian draws under every spectrum and rate (a rate sweep is paired).
   `layout` covers the real models (indices 0 .. num_models - 1) and, when the
   mesh needs it, one padding model at the end (see the module docstring); it carries
   `loop_group`, the query/key tying of looped models (other kinds ignore it).
@@ -192,7 +194,8 @@ class GridTrainer:
   def __init__(self, model: str, problem: Problem, depths: tuple[int, ...],
                seeds: tuple[int, ...], settings: TrainSettings, *, N: int,
                init_scales: InitScales, init_key: jax.Array, data_key: jax.Array,
-               mesh: Mesh | None = None, loop_group: int = 0):
+               mesh: Mesh | None = None, loop_group: int = 0,
+               rate_factors: tuple[float, ...] = (1.0,)):
     self.model = model
     self.problem = problem
     self.mesh = default_mesh() if mesh is None else mesh
@@ -201,8 +204,11 @@ class GridTrainer:
     self.layout = GridLayout(tuple(depths) + ((padding,) if padding else ()),
                              loop_group=loop_group)
     self.seeds = tuple(seeds)
-    self.replicate_spectrum = np.repeat(np.arange(len(problem.spectra)), len(self.seeds))
-    self.replicate_seed = np.tile(np.asarray(self.seeds), len(problem.spectra))
+    self.rate_factors = tuple(float(f) for f in rate_factors)
+    self.groups = tuple((j, f) for j in range(len(problem.spectra)) for f in self.rate_factors)
+    self.replicate_spectrum = np.repeat([j for j, _ in self.groups], len(self.seeds))
+    self.replicate_rate_factor = np.repeat([f for _, f in self.groups], len(self.seeds))
+    self.replicate_seed = np.tile(np.asarray(self.seeds), len(self.groups))
     self._attention = TEST_ATTENTION.get(model)
     self.settings = settings
     self.N = N
@@ -216,9 +222,9 @@ class GridTrainer:
     self.train_chunk = jax.jit(self._train_chunk, donate_argnums=0,
                                in_shardings=(self.state_shardings,),
                                out_shardings=(self.state_shardings, self.replicated))
-    self.layer_predictions = jax.jit(self._spectrum_layer_predictions)
+    self.layer_predictions = jax.jit(self._group_layer_predictions)
     self.selected_mass = (None if self._attention is None
-                          else jax.jit(self._spectrum_selected_mass))
+                          else jax.jit(self._group_selected_mass))
     self.update_convergence = jax.jit(self._update_convergence, donate_argnums=0,
                                       out_shardings=self.state_shardings)
 
@@ -241,7 +247,8 @@ class GridTrainer:
     is_padding_SM = jnp.broadcast_to(jnp.arange(shape[1]) >= self.num_models, shape)
     return TrainState(  # explicit dtypes: a weakly typed leaf would recompile the 2nd chunk
         step=jnp.zeros((), jnp.int32), params=params, opt_state=self.optimizer.init(params),
-        lr_scale_SM=jnp.ones(shape, jnp.float32),
+        lr_scale_SM=jnp.broadcast_to(
+            jnp.asarray(self.replicate_rate_factor, jnp.float32)[:, None], shape),
         best_val_loss_SM=jnp.full(shape, jnp.inf, jnp.float32),
         evals_since_best_SM=jnp.zeros(shape, jnp.int32),
         num_lr_decays_SM=jnp.zeros(shape, jnp.int32),
@@ -310,21 +317,21 @@ class GridTrainer:
 
   # --- evaluation and convergence ------------------------------------------------------------
 
-  def spectrum_params(self, params: Params, spectrum: jax.Array) -> Params:
-    """The replicates of one spectrum (its seeds, in order): leaves [seeds, ...]."""
+  def group_params(self, params: Params, group: jax.Array) -> Params:
+    """The replicates of one group (its seeds, in order): leaves [seeds, ...]."""
     num_seeds = len(self.seeds)
-    return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, spectrum * num_seeds,
+    return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, group * num_seeds,
                                                                num_seeds), params)
 
-  def _spectrum_layer_predictions(self, params: Params, batch: tasks.Batch,
-                                  spectrum: jax.Array) -> jax.Array:
-    """f_l of every layer of every model of one spectrum's seeds on one shared batch of that
-    spectrum: [seeds, T, B]."""
+  def _group_layer_predictions(self, params: Params, batch: tasks.Batch,
+                               group: jax.Array) -> jax.Array:
+    """f_l of every layer of every model of one group's seeds on one shared batch of that
+    group's spectrum: [seeds, T, B]."""
     return jax.vmap(lambda p: self._layer_predictions(p, batch, self.layout))(
-        self.spectrum_params(params, spectrum))
+        self.group_params(params, group))
 
-  def _spectrum_selected_mass(self, params: Params, batch: tasks.Batch,
-                              spectrum: jax.Array) -> jax.Array:
+  def _group_selected_mass(self, params: Params, batch: tasks.Batch,
+                           group: jax.Array) -> jax.Array:
     """Attention mass on the k tokens that make the target, averaged over a model's layers
     and the batch: [seeds, M] (top-1 attention mass on the easy task)."""
     selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
@@ -334,7 +341,7 @@ class GridTrainer:
       mass_TB = jnp.take_along_axis(attention_TBP, selected_BK[None], axis=-1).sum(-1)
       return self.layout.model_mean(mass_TB).mean(axis=-1)
 
-    return jax.vmap(per_seed)(self.spectrum_params(params, spectrum))
+    return jax.vmap(per_seed)(self.group_params(params, group))
 
   def _update_convergence(self, state: TrainState, val_loss_SM: jax.Array) -> TrainState:
     """The schedule's rule (module docstring) after one validation: an evaluation improves
@@ -368,12 +375,12 @@ class GridTrainer:
         converged_SM=converged)
 
   def predict(self, params: Params, eval_set: tasks.Batch, chunk_size: int,
-              spectrum: int) -> np.ndarray:
-    """Per-layer predictions of one spectrum's seeds on a held-out set of that spectrum, in
+              group: int) -> np.ndarray:
+    """Per-layer predictions of one group's seeds on a held-out set of its spectrum, in
     chunks: [seeds, T, E] (float32 numpy), T over `layout` (a padding model's layers last)."""
     size = eval_set.target_B.shape[0]
     chunks = [self.layer_predictions(params, jax.tree.map(lambda x: x[i:i + chunk_size],
-                                                          eval_set), spectrum)
+                                                          eval_set), group)
               for i in range(0, size, chunk_size)]
     return np.concatenate([np.asarray(c) for c in chunks], axis=-1)
 
@@ -382,8 +389,9 @@ class GridTrainer:
     """Loss R of every model of `layout` (a padding model included), each replicate on the
     held-out set of its spectrum (`eval_sets[j]` for spectrum j): [S, M]."""
     losses = []
-    for spectrum, eval_set in enumerate(eval_sets):
-      layer_preds_STE = self.predict(params, eval_set, chunk_size, spectrum)
+    for group, (spectrum, _) in enumerate(self.groups):
+      eval_set = eval_sets[spectrum]
+      layer_preds_STE = self.predict(params, eval_set, chunk_size, group)
       predictions_SME = np.stack([layer_preds_STE[:, self.layout.layer_slice(m)].mean(axis=1)
                                   for m in range(self.layout.num_models)], axis=1)
       losses.append(np.mean((predictions_SME - np.asarray(eval_set.target_B)) ** 2, axis=-1))
@@ -413,8 +421,9 @@ class GridTrainer:
                   ("diverged", state.diverged_SM)]
       if self.selected_mass is not None:
         progress.append(("selected_mass", np.concatenate([
-            np.asarray(self.selected_mass(state.params, jax.tree.map(lambda x: x[:chunk_size], v),
-                                          j)) for j, v in enumerate(val_sets)])))
+            np.asarray(self.selected_mass(
+                state.params, jax.tree.map(lambda x: x[:chunk_size], val_sets[spectrum]), group))
+            for group, (spectrum, _) in enumerate(self.groups)])))
       yield state, dict(step=step, elapsed_s=elapsed,
                         eta_max_s=(self.settings.max_steps - step) / max(rate, 1e-9),
                         **{name: np.asarray(values)[:, :self.num_models].tolist()

@@ -177,3 +177,28 @@ def test_the_noise_prediction_reads_the_window_of_a_finished_run(window_run):
       batch_size=config.batch_size))
   assert written["fitted_c"] == results["fits"][0]["c"]
   assert "| c (depth term) |" in open(path).read()
+
+
+# --- rate sweeps ----------------------------------------------------------------------------
+
+def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
+  """rate_factors trains every model at each rate on one sampler; the models of one rate are
+  the models a run at that rate alone trains (to float rounding: f x (lr x update) against
+  (f lr) x update), and records and fits carry their learning_rate."""
+  sweep = window_config()
+  sweep.update(rate_factors=(0.5, 2.0), stationary_evals=1, max_steps=20)
+  swept = experiment.run(sweep, str(tmp_path / "sweep"))
+  alone = window_config()
+  alone.update(learning_rate=0.02, stationary_evals=1, max_steps=20)
+  single = experiment.run(alone, str(tmp_path / "alone"))
+  assert sorted({r["learning_rate"] for r in swept["runs"]}) == [0.005, 0.02]
+  assert sorted(f["learning_rate"] for f in swept["fits"]) == [0.005, 0.02]
+  fast = [r for r in swept["runs"] if r["learning_rate"] == 0.02]
+  assert [(r["depth"], r["seed"]) for r in fast] == [(r["depth"], r["seed"])
+                                                    for r in single["runs"]]
+  for in_sweep, by_itself in zip(fast, single["runs"]):
+    assert in_sweep["eval_loss"] == pytest.approx(by_itself["eval_loss"], rel=1e-4)
+  slow = [r for r in swept["runs"] if r["learning_rate"] == 0.005]
+  assert all(s["eval_loss"] != f["eval_loss"] for s, f in zip(slow, fast))
+  with open(os.path.join(tmp_path, "sweep", "report.md")) as f:
+    assert "(a,b)=(0,0), lr 0.005" in f.read()

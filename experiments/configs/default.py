@@ -66,6 +66,10 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.depth_scaled_layer_lr = False
   # Peak learning rate reached after the warm-up.
   config.learning_rate = 3e-3
+  # A rate sweep on one sampler: every model of a grid is trained at learning_rate x each of
+  # these factors (same initialisation and training stream per seed, so the rates are paired);
+  # its records and fits carry learning_rate. (1.0,): no sweep.
+  config.rate_factors = (1.0,)
   # Linear warm-up steps of the learning rate.
   config.warmup_steps = 200
   # Hard cap on training steps; a multiple of eval_every.
