@@ -41,10 +41,10 @@ test-all: $(VENV)/.installed
 clean:
 	rm -rf $(VENV) runs
 
-# The training-regime study (BUILD_NOTES.md "Training regime"): the demo grid (one seed)
-# from the study's base regime (identity start at scale 1, Adam 3e-3, cosine; the demo
-# itself now uses depth_law.py's random start at 0.3 and Adam 1e-3) and one change of it
-# per regime, one workdir each under runs/regimes/.
+# The training-regime study (BUILD_NOTES.md "Training regime"): the annealed demo grid
+# (quick_annealed.py, one seed) from the study's base regime (identity start at scale 1,
+# Adam 3e-3, cosine; quick_annealed.py itself uses depth_law.py's random start at 0.3 and
+# Adam 1e-3) and one change of it per regime, one workdir each under runs/regimes/.
 REGIMES := adam_cosine_identity adam_cosine_random adam_stall_identity adam_constant_identity sgd_cosine_identity
 regime_base := --config.qk_init_scale=1 --config.learning_rate=0.003
 regime_flags_adam_cosine_identity := $(regime_base) --config.qk_init=identity
@@ -54,5 +54,5 @@ regime_flags_adam_constant_identity := $(regime_base) --config.qk_init=identity 
 regime_flags_sgd_cosine_identity := --config.qk_init_scale=1 --config.qk_init=identity --config.optimizer=sgd --config.depth_scaled_layer_lr=True --config.learning_rate=0.002
 
 regimes: $(VENV)/.installed
-	$(foreach r,$(REGIMES),$(PY) -m experiments.run --config=experiments/configs/quick.py \
+	$(foreach r,$(REGIMES),$(PY) -m experiments.run --config=experiments/configs/quick_annealed.py \
 	  --workdir=runs/regimes/$(r) --config.num_seeds=1 $(regime_flags_$(r)) && ) true

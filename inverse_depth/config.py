@@ -333,6 +333,11 @@ class GridSpec:
     return (1,) * max(self.depths) if self.ensemble else self.depths
 
   @property
+  def checkpoints_kept(self) -> int:
+    """Checkpoints kept per grid: checkpoints_to_keep, and the whole averaging window."""
+    return self.checkpoints_to_keep + self.stationary_evals - 1
+
+  @property
   def stationary_steps(self) -> tuple[int, ...]:
     """The steps whose held-out evaluations are averaged: the last `stationary_evals`
     evaluations of training (every `eval_every` steps up to max_steps)."""

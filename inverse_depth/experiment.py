@@ -157,7 +157,7 @@ def read_window(spec: GridSpec, trainer: GridTrainer, like, workdir: str,
   """The grid's parameters at `steps`, read from the checkpoints training wrote there
   (`like`: a state giving the tree, shapes and shardings)."""
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
-                                max_to_keep=spec.checkpoints_to_keep + spec.stationary_evals,
+                                max_to_keep=spec.checkpoints_kept,
                                 config_hash=spec.config_hash,
                                 layout_depths=trainer.layout.depths)
   with contextlib.closing(checkpoints):
@@ -219,7 +219,7 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
   metrics (one line per group and evaluation) and checkpointing; returns (final state,
   training seconds over all attempts)."""
   checkpoints = GridCheckpoints(os.path.join(workdir, "checkpoints", spec.name),
-                                max_to_keep=spec.checkpoints_to_keep + spec.stationary_evals,
+                                max_to_keep=spec.checkpoints_kept,
                                 config_hash=spec.config_hash,
                                 layout_depths=trainer.layout.depths)
   metrics = MetricsLog(workdir)

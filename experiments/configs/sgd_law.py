@@ -2,7 +2,7 @@
 
     python -m experiments.run --config=experiments/configs/sgd_law.py --workdir=runs/sgd_law
 
-SGD with heavy-ball momentum 0.9 at a constant rate 3e-3 after a 200-step warm-up, batch
+Regime regimes.SGD_LAW: SGD with heavy-ball momentum 0.9 at a constant rate 3e-3 after a 200-step warm-up, batch
 256; every layer's W_q, W_k start at 0.73 I (+ 0.01 noise), so the attention logits start
 near 0.73^2 N cos = 17 cos, the temperature of the best single cosine-attention layer
 (theory.softmax_bound). Depths 1..64 (powers of two), 3 seeds. A constant-rate iterate
@@ -12,26 +12,17 @@ model is tested for stationarity over that window (BUILD_NOTES.md "Stationary ev
 Committed results: results/sgd_law/.
 """
 
-from experiments.configs import default
+from experiments.configs import default, regimes
 
 
 def get_config():
   config = default.get_config()
+  config.update(regimes.SGD_LAW)
   config.model = "softmax"
   config.sizes.softmax.update(d=16, P=128, N=32)
   config.depths = (1, 2, 4, 8, 16, 32, 64)
   config.num_seeds = 3
-  config.optimizer = "sgd"
-  config.momentum = 0.9
-  config.schedule = "constant"
-  config.learning_rate = 3e-3
-  config.warmup_steps = 200
-  config.qk_init = "identity"
-  config.qk_init_scale = 0.73
-  config.batch_size = 256
   config.max_steps = 12000
-  config.eval_every = 250
-  config.stationary_evals = 16
   config.checkpoint_every = 1000
   config.val_size = 2048
   config.eval_size = 20_480

@@ -1,0 +1,19 @@
+"""The study's softmax training regimes, each defined once (BUILD_NOTES "The SGD law",
+"Training regime"). A config applies one with `config.update(regimes.NAME)` and names it in
+its docstring.
+
+SGD_LAW: where the paper's law appears (results/sgd_law/): heavy-ball SGD at a constant
+  rate, every layer's W_q, W_k started at 0.73 I (logits ~ 17 cos, the temperature of the
+  best single cosine layer), losses time-averaged over the last 16 evaluations.
+ANNEALED_ADAM: depth_law.py's (results/depth_law/): Adam 1e-3 with cosine decay to zero,
+  small random query/key start. Deep models specialise there and sink below the paper's
+  floor; no law.
+"""
+
+SGD_LAW = dict(optimizer="sgd", momentum=0.9, schedule="constant", learning_rate=3e-3,
+               warmup_steps=200, batch_size=256, qk_init="identity", qk_init_scale=0.73,
+               eval_every=250, stationary_evals=16)
+
+ANNEALED_ADAM = dict(optimizer="adam", schedule="cosine", learning_rate=1e-3, warmup_steps=200,
+                     batch_size=256, qk_init="random", qk_init_scale=0.3, eval_every=250,
+                     stationary_evals=1)

@@ -1,0 +1,100 @@
+"""Several training regimes of one problem side by side, from their results.json alone: the
+depth curve, the shared error C_L, the disagreement A_L - C_L and how the layers score
+(diagnostics.scoring_geometry), so that a reader sees where the law appears, where it does
+not, and whether the layers stay on one cosine scorer.
+
+    python -m experiments.compare_regimes --out=DIR --runs=NAME=WORKDIR,NAME=WORKDIR,...
+"""
+
+import json
+import os
+
+import numpy as np
+
+from inverse_depth import analysis, report
+from inverse_depth.files import write_text_atomic
+
+def _temperature_spread(run: dict) -> float:
+  """Spread of a model's layer temperatures: std / mean over its layers (0 at L = 1)."""
+  taus = np.asarray(run.get("layer_temperature", [np.nan]), np.float64)
+  return float(taus.std() / abs(taus.mean())) if taus.size else float("nan")
+
+
+# (field, how it is read from one run record, panel title): seed means per depth.
+PANELS = (
+    ("eval_loss", lambda r: r["eval_loss"], "R_L"),
+    ("C", lambda r: r["C"], "C_L (shared error)"),
+    ("disagreement", lambda r: r["disagreement"], "A_L - C_L (disagreement)"),
+    ("temperature_spread", _temperature_spread, "layer temperature std / mean"),
+    ("anisotropy", lambda r: float(np.mean(r.get("layer_anisotropy", [np.nan]))),
+     "mean layer anisotropy |M - tau I| / |tau I|"),
+    ("deviation_alignment", lambda r: r.get("deviation_alignment", np.nan),
+     "alignment of the layers' departures from cosine"),
+)
+
+
+def _mean(values: list[float]) -> float:
+  """Mean over the finite values; nan when there are none (C_L at L = 1)."""
+  finite = [v for v in values if np.isfinite(v)]
+  return float(np.mean(finite)) if finite else float("nan")
+
+
+def regime_rows(results: dict) -> dict[str, dict[int, float]]:
+  """Per panel field: {depth: seed mean over the clean models of the first fit's grid}."""
+  runs = analysis.clean_runs(report.runs_of(results, results["fits"][0]))
+  depths = sorted({r["depth"] for r in runs})
+  return {field: {L: _mean([read(r) for r in runs if r["depth"] == L]) for L in depths}
+          for field, read, _ in PANELS}
+
+
+def _regime_text(config: dict) -> str:
+  rate = config["learning_rate"]
+  window = config.get("stationary_evals", 1)
+  return (f"{config['optimizer']} {config['schedule']} {rate:g}, qk {config['qk_init']} "
+          f"{config['qk_init_scale']:g}, {config['max_steps']} steps"
+          + (f", mean of the last {window} evaluations" if window > 1 else ", final iterate"))
+
+
+def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
+  """figures/regimes.png and regimes.md in `out_dir` from {regime name: workdir}; returns
+  the markdown's path. Each workdir's first fit is its grid (one problem per run)."""
+  import matplotlib.pyplot as plt  # noqa: PLC0415 -- report.py sets the Agg backend first
+  results = {}
+  for name, workdir in workdirs.items():
+    with open(os.path.join(workdir, "results.json")) as f:
+      results[name] = json.load(f)
+  rows = {name: regime_rows(r) for name, r in results.items()}
+  depths = sorted({L for by_field in rows.values() for L in by_field["eval_loss"]})
+  fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+  for ax, (field, _, label) in zip(axes.ravel(), PANELS):
+    for i, name in enumerate(rows):
+      by_depth = rows[name][field]
+      ax.plot(list(by_depth), list(by_depth.values()), "o-", color=f"C{i}", label=name)
+    ax.set(xscale="log", xlabel="depth L", title=label)
+    ax.set_xticks(depths, [str(L) for L in depths], minor=False)
+    ax.set_xticks([], minor=True)
+    ax.title.set_fontsize(9)
+  axes[0, 0].set_yscale("log")
+  axes[0, 0].legend(fontsize=7)
+  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+  report.save_figure(fig, os.path.join(out_dir, "figures", "regimes.png"))
+  lines = ["# Training regimes side by side", "",
+           "Seed means over each run's clean models (flagged and diverged ones left out).", "",
+           "| regime | run | how it trains | fit L0 | alpha | R^2 |", "|---|---|---|---|---|---|"]
+  for name, r in results.items():
+    fit = r["fits"][0]
+    fit_text = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} | {fit['alpha']:.3f} +- "
+                f"{fit['alpha_se']:.3f} | {fit['r2']:.4f}" if fit["resolved"]
+                else f"{fit['verdict']} | - | -")
+    lines.append(f"| {name} | `{workdirs[name]}` | {_regime_text(r['config'])} | {fit_text} |")
+  for field, _, label in PANELS:
+    lines += ["", f"**{label}**", "", "| regime | " + " | ".join(f"L={L}" for L in depths)
+              + " |", "|---|" + "---|" * len(depths)]
+    for name in rows:
+      by_depth = rows[name][field]
+      lines.append(f"| {name} | " + " | ".join(f"{by_depth[L]:.4g}" if L in by_depth else "-"
+                                                for L in depths) + " |")
+  lines += ["", "![regimes](figures/regimes.png)", ""]
+  path = os.path.join(out_dir, "regimes.md")
+  write_text_atomic(path, "\n".join(lines))
+  return path

@@ -1,0 +1,29 @@
+"""The regime comparison reads each run's results.json and nothing else."""
+
+import json
+import os
+
+import pytest
+
+from inverse_depth import regime_comparison
+from tests import REPO
+
+RUNS = dict(annealed=os.path.join(REPO, "results", "depth_law"),
+            identity=os.path.join(REPO, "results", "depth_law_8seeds_identity"))
+
+
+def test_rows_are_the_fits_seed_means_and_the_report_lists_every_regime(tmp_path):
+  path = regime_comparison.write_comparison(str(tmp_path), RUNS)
+  text = open(path).read()
+  for name, workdir in RUNS.items():
+    with open(os.path.join(workdir, "results.json")) as f:
+      results = json.load(f)
+    rows = regime_comparison.regime_rows(results)
+    fit = results["fits"][0]
+    assert list(rows["eval_loss"]) == fit["depths"]
+    assert list(rows["eval_loss"].values()) == pytest.approx(fit["losses"], rel=1e-12)
+    assert list(rows["C"].values())[1:] == pytest.approx(fit["shared_error"][1:], rel=1e-12)
+    assert f"| {name} | `{workdir}` |" in text
+  # the identity run stops at L = 4: its deeper cells are blank, not shifted
+  assert "| identity | 2.004 | 1.995 | 1.985 | - | - | - | - |" in text
+  assert os.path.getsize(os.path.join(tmp_path, "figures", "regimes.png")) > 10_000
