@@ -32,8 +32,8 @@ from inverse_depth.config import GridSpec
 from inverse_depth.evaluation import GridEvaluator
 from inverse_depth.files import write_json_atomic
 from inverse_depth.train import GridTrainer
-from inverse_depth.workdir import (CONFIG_FILE, RESULTS_FILE, MetricsLog, WorkdirConflict,
-                                   check_workdir, move_aside)
+from inverse_depth.workdir import (CONFIG_FILE, RESULTS_FILE, SCHEMA_VERSION, MetricsLog,
+                                   WorkdirConflict, check_workdir, move_aside, provenance)
 
 __all__ = ["run", "Interrupted", "WorkdirConflict", "check_workdir", "move_aside"]
 
@@ -311,7 +311,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
       grid_times.append(grid["wall_time_s"])
   if not trained:
     logging.info("Every grid was already finished: results regenerated without training.")
-  results = dict(runs=all_runs, fits=fits, config=config_dict,
+  results = dict(schema_version=SCHEMA_VERSION, provenance=provenance(),
+                 runs=all_runs, fits=fits, config=config_dict,
                  config_hash=config_lib.config_hash(config_dict),
                  wall_time_s=float(sum(grid_times)),  # training + evaluation, all grids
                  backend=jax.default_backend(), num_devices=jax.device_count())

@@ -10,6 +10,8 @@ that differ.
 import datetime
 import json
 import os
+import subprocess
+import sys
 
 from absl import logging
 
@@ -19,6 +21,27 @@ from inverse_depth.files import write_text_atomic
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 RESULTS_FILE = "results.json"
+# results.json layout: 2 added `schema_version` and `provenance` (files without them are 1).
+SCHEMA_VERSION = 2
+
+
+def provenance() -> dict:
+  """Where a results.json comes from: the git commit of this code (None outside a git
+  checkout) and whether tracked files differed from it, the command line, and the time."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+  def git(*args) -> str | None:
+    try:
+      return subprocess.run(("git", *args), cwd=root, capture_output=True, text=True,
+                            check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+      return None
+
+  commit = git("rev-parse", "HEAD")
+  changes = git("status", "--porcelain", "--untracked-files=no") if commit else None
+  return dict(commit=commit, uncommitted_changes=bool(changes) if commit else None,
+              command=" ".join([os.path.basename(sys.executable)] + sys.argv),
+              time=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 
 class WorkdirConflict(RuntimeError):
