@@ -3,7 +3,7 @@
     python -m experiments.cosine_mixtures [--workdir=results/cosine_mixtures]
                                           [--num_samples=200000] [--max_layers=4]
 
-For the seven Table 1 spectra at d = 16, P = 128, top-2 (SPEC section 5): the best single
+For the seven Table 1 spectra at d = 16, P = 128, top-2 (docs/sizes.md): the best single
 layer that weights the context by softmax(temperature x cosine) (the paper's floors), by
 depth L = 2..max_layers the best equal-weight average of L such layers with one gain (the
 controlled model with cosine-scoring layers) and the best mixture of at most L with free
@@ -24,7 +24,7 @@ from experiments.configs import tables
 from inverse_depth import report, theory
 from inverse_depth.files import write_json_atomic
 
-SIZES = dict(d=16, P=128, k=2)  # the paper's softmax size (SPEC section 5)
+SIZES = dict(d=16, P=128, k=2)  # the paper's softmax size (docs/sizes.md)
 
 _WORKDIR = flags.DEFINE_string("workdir", "results/cosine_mixtures", "Output directory.")
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 200_000, "Monte Carlo contexts per spectrum.",

@@ -1,4 +1,4 @@
-"""The shared/disagreement identity, the depth-scaling fits (SPEC section 3) and the fit
+"""The shared/disagreement identity, the depth-scaling fits (docs/analysis.md) and the fit
 record of a grid built from its run records (`fit_grid`).
 
 Identity, exact for any L > 1, with e_l = f_l - y*:
@@ -276,7 +276,8 @@ def _log_gap_regression(depths: np.ndarray, gaps: np.ndarray) -> dict:
 
 
 def fit_gap(depths, shared_errors, L0: float, L0_se: float = 0.0) -> dict:
-  """Gap fit log(L0 - C_L) = log c - alpha log L (ordinary least squares, SPEC Table 5).
+  """Gap fit log(L0 - C_L) = log c - alpha log L (ordinary least squares, Table 5;
+  docs/analysis.md).
 
   Depths where L0 - C_L <= 0 or C_L is undefined (L = 1) are dropped and listed in
   `dropped_depths`. The regression's errors take L0 as exact (`alpha_se_given_L0`); but
@@ -322,7 +323,7 @@ def gap_fit_of(fit: dict) -> dict | None:
 
 def non_monotone_depths(paired: list[dict], num_se: float = 2.0) -> list[int]:
   """Depths whose loss rises above the previous depth's by more than `num_se` paired
-  standard errors (SPEC 7: a converged parallel model has R_2L <= R_L)."""
+  standard errors (docs/regimes.md: a converged parallel model has R_2L <= R_L)."""
   return [p["depth"] for p in paired
           if np.isfinite(p["difference"]) and p["difference"] > num_se * p["se"]]
 

@@ -1,4 +1,4 @@
-"""Diagnostics of trained models on held-out contexts (SPEC section 3, "Diagnostics").
+"""Diagnostics of trained models on held-out contexts (docs/analysis.md, "Diagnostics").
 
 Mode-wise loss. Both controlled models are linear in the context labels: the
 prediction is y_hat = w . y with w = d y_hat / d y (per context, computed by one

@@ -24,7 +24,7 @@ RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
         ("depth_law_top16", "experiments/configs/generalized.py", "depth_law_top16"),
         ("looped", "experiments/configs/looped.py", None))
 
-# What the paper says about each variant (SPEC section 4), shown beside our numbers.
+# What the paper says about each variant (docs/sizes.md), shown beside our numbers.
 PAPER = {
     "single_stream": "keeps an approximately inverse-depth trend (C.1)",
     "per_layer_values": "keeps an approximately inverse-depth trend (C.2)",

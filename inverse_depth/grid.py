@@ -91,7 +91,7 @@ class GridLayout:
 
 @dataclasses.dataclass(frozen=True)
 class InitScales:
-  """Standard deviations of the Gaussian initialisation (SPEC section 5 choices).
+  """Standard deviations of the Gaussian initialisation (choices the paper leaves open: docs/regimes.md).
 
   W_x ~ N(0, 1/d), W_y ~ N(0, W_y_scale^2), W_v and W_o ~ N(0, 1/N). Query and key
   weights (`qk_init`): "random" draws W_q, W_k ~ N(0, qk_scale^2 / N);
@@ -99,7 +99,7 @@ class InitScales:
   qk_noise N(0, 1) (the start of the reference code of Bordelon et al.): all
   layers then score by the same cosine of the normalised inputs, with logit
   ~ qk_scale^2 N cos. With `positive_gain` the sign of W_o is flipped where the
-  value-readout gain g = W_o W_v W_y starts negative (SPEC section 7: models
+  value-readout gain g = W_o W_v W_y starts negative (docs/regimes.md: models
   starting with g < 0 stay on the uniform-attention plateau). `W_x_init`
   "orthogonal" draws W_x = sqrt(N/d) x (orthonormal columns), the same mean
   W_x^T W_x = (N/d) I as the Gaussian but with every eigenvalue equal (a
@@ -108,7 +108,7 @@ class InitScales:
   W_o = W_y^T / |W_y|^2, so every gain g_j = W_o W_v^j W_y is 1: with an identity
   query/key start and an orthogonal W_x the linear model then starts as L steps of
   gradient descent on the context, of size qk_scale^2 L^qk_depth_exponent / (d L) each
-  (SPEC section 2).
+  (docs/models.md).
   """
   qk_scale: float = 1.0
   qk_depth_exponent: float = 0.0  # a depth-L model starts at qk_scale L^(exponent / 2)

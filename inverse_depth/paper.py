@@ -1,4 +1,4 @@
-"""The paper's published numbers (SPEC section 4): references to compare with, never
+"""The paper's published numbers (docs/sizes.md): references to compare with, never
 used to produce a result."""
 
 from inverse_depth.analysis import model_kind
@@ -25,7 +25,7 @@ TABLE2_ALPHA = {(2.0, 0.5): 1.121, (2.0, 1.0): 1.485, (2.0, 1.5): 1.684, (2.0, 2
                 (0.5, 2.0): 3.310, (1.0, 2.0): 2.552, (1.5, 2.0): 2.163}
 
 # Table 3: linear floor, theory T - h^T G^+ h against trained, by (k, a, b); the entries the
-# paper's text quotes (SPEC section 4, issue 8).
+# paper's text quotes (docs/sizes.md, issue 8).
 TABLE3_FLOOR = {(2, 0.0, 0.0): dict(theory=59.37, trained=59.85),
                 (2, 0.5, 0.5): dict(theory=2.27, trained=2.33),
                 (2, 1.0, 0.25): dict(theory=1.225, trained=None),

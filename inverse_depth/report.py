@@ -177,7 +177,7 @@ def _monotone_check(fit: dict) -> tuple[bool, str]:
                     for p in fit.get("paired_differences", []))
   return (not bad, f"{label}: loss monotone in depth within 2 paired standard errors "
           f"(R_L - R_L' on the shared evaluation set: {steps})"
-          + (f"; rises at depths {bad} (SPEC 7: for parallel models a rise means "
+          + (f"; rises at depths {bad} (docs/regimes.md: for parallel models a rise means "
              "under-training)" if bad else "."))
 
 

@@ -267,7 +267,7 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
   return header + rows + ["", (
       "Why ours differ: the paper's exponent describes a curve that levels off onto a floor "
       "within its depths. Here R_L moves by a few percent from L = 1 to the deepest clean "
-      "depth (column; SPEC 7: a rise means under-training), and the best mixture "
+      "depth (column; docs/regimes.md: a rise means under-training), and the best mixture "
       "of cosine layers, the lowest loss an average of cosine layers reaches, lies at most a "
       "few percent below the single layer. A fit of L0, c and alpha resolves an exponent only "
       "where R_L bends over depth by more than its paired errors. These runs train from the "
@@ -361,7 +361,7 @@ def _regime(config: dict) -> str:
 
 def table5_section(results: dict | None) -> list[str]:
   """Gap fits L0 - C_L = c L^-alpha: with the run's fitted L0 (the paper's definition) and
-  with L0 = the best single cosine layer of `theory.softmax_bound` (what SPEC 5 finds the
+  with L0 = the best single cosine layer of `theory.softmax_bound` (what docs/sizes.md finds the
   paper's floors to be); then a paragraph read from those fits and C_L, A_L - C_L."""
   low, high = paper.TABLE5_ALPHA_RANGE
   lines = ["## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)", "",

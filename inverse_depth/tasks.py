@@ -1,4 +1,4 @@
-"""In-context regression tasks of SPEC section 1.
+"""In-context regression tasks (docs/tasks.md).
 
 One *context* is P labelled inputs and one query. Per context a Haar-random
 rotation O sets Sigma = O diag(lambda) O^T and Omega = O diag(omega) O^T with

@@ -1,5 +1,5 @@
-"""Attention theory: the linear floor and the linear easy-task theory (SPEC section 3), and
-the softmax bound (SPEC section 5).
+"""Attention theory: the linear floor and the linear easy-task theory (docs/theory.md), and
+the softmax bound (docs/theory.md, docs/sizes.md).
 
 Floor of the difficult task: a linear-attention model of depth L predicts
 beta^T Phi_L(q) w with Phi_L(q) = [Sigma q, ..., Sigma^L q] and weights w shared
@@ -309,7 +309,7 @@ def softmax_bound(key: jax.Array, *, d: int, P: int, a: float, b: float, k: int,
               target_second_moment=float(np.mean(target_N ** 2)))
 
 
-# Linear theory of the easy task (SPEC section 3): P -> infinity, so S_hat = Sigma and a
+# Linear theory of the easy task (docs/theory.md): P -> infinity, so S_hat = Sigma and a
 # covariance polynomial p acts on each eigen-direction through r(lam) = 1 - lam p(lam).
 
 

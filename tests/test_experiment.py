@@ -414,3 +414,12 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
   with open(tmp_path / "metrics.jsonl") as f:
     widths = {(r["model"], len(r["val_loss"][0])) for r in map(json.loads, f)}
   assert widths == {("softmax", len(config.depths)), ("softmax-ensemble", max(config.depths))}
+
+
+def test_results_record_their_schema_and_provenance(experiment_run):
+  results = experiment_run["results"]
+  assert results["schema_version"] == 2
+  found = results["provenance"]
+  assert set(found) == {"commit", "uncommitted_changes", "command", "time"}
+  assert found["commit"] is None or len(found["commit"]) == 40  # None outside a git checkout
+  assert found["time"].endswith("+00:00")

@@ -203,11 +203,3 @@ def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
   with open(os.path.join(tmp_path, "sweep", "report.md")) as f:
     assert "(a,b)=(0,0), lr 0.005" in f.read()
 
-
-def test_results_record_their_schema_and_provenance(window_run):
-  _, results = window_run
-  assert results["schema_version"] == 2
-  found = results["provenance"]
-  assert set(found) == {"commit", "uncommitted_changes", "command", "time"}
-  assert found["commit"] is None or len(found["commit"]) == 40  # None outside a git checkout
-  assert found["time"].endswith("+00:00")

@@ -1,4 +1,4 @@
-"""Controlled softmax model with context updates (SPEC section 2, C.3), sequential layout.
+"""Controlled softmax model with context updates (docs/models.md, C.3), sequential layout.
 
 As the controlled model (softmax.py), but with mask M(m): the context-to-context block of
 A^l is m S_l, where S_l (P x P) is the softmax over the P context tokens of the scores

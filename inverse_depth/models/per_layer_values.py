@@ -1,4 +1,4 @@
-"""Controlled softmax model with a value matrix per layer (SPEC section 2, C.2), packed layout.
+"""Controlled softmax model with a value matrix per layer (docs/models.md, C.2), packed layout.
 
 As the controlled model (softmax.py) but layer l updates the label stream with its own
 W_v^l: H_y^l = H_y^{l-1} + (1/L) W_v^l H_y^{l-1} A^l^T. Context label states still never

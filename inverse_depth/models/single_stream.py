@@ -1,4 +1,4 @@
-"""Single-stream softmax model (SPEC section 2, C.1), sequential layout.
+"""Single-stream softmax model (docs/models.md, C.1), sequential layout.
 
 One stream H^0 = W_x X + W_y y_in (N x (P+1), y_in = (y_1..y_P, 0)). Layer l reads the
 evolving state: Q = W_q^l LN(H^{l-1}), K = W_k^l LN(H^{l-1}), V = W_v H^{l-1} (shared W_v;
