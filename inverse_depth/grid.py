@@ -91,7 +91,8 @@ class GridLayout:
 
 @dataclasses.dataclass(frozen=True)
 class InitScales:
-  """Standard deviations of the Gaussian initialisation (choices the paper leaves open: docs/regimes.md).
+  """Standard deviations of the Gaussian initialisation (choices the paper leaves open:
+  docs/regimes.md).
 
   W_x ~ N(0, 1/d), W_y ~ N(0, W_y_scale^2), W_v and W_o ~ N(0, 1/N). Query and key
   weights (`qk_init`): "random" draws W_q, W_k ~ N(0, qk_scale^2 / N);

@@ -347,7 +347,7 @@ def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
       f"(results/table4_top16_depth_law_regime_48k_shallow and _48k_128 pair every model with "
       f"its 24000-step self), and the shared error C_L still rises at the deepest depths, "
       f"where the paper finds it levelling off; the paper trains \"until the loss has "
-      f"converged\" without a step count (SPEC 5). BUILD_NOTES \"Known not to work yet\" "
+      f"converged\" without a step count (docs/regimes.md). BUILD_NOTES \"Known not to work yet\" "
       f"gives the measurements.")]
 
 

@@ -1,5 +1,4 @@
-"""Naive token-space implementations of the controlled and generalised models (SPEC
-section 2), written straight from the stream equations, for checking the fast ones."""
+"""Naive token-space implementations of the controlled and generalised models (docs/models.md), written straight from the stream equations, for checking the fast ones."""
 
 import numpy as np
 

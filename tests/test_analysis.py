@@ -1,4 +1,4 @@
-"""The shared/disagreement identity and the depth-scaling fits (SPEC section 3)."""
+"""The shared/disagreement identity and the depth-scaling fits (docs/analysis.md)."""
 
 import itertools
 

@@ -1,4 +1,4 @@
-"""The generalised softmax models (SPEC section 2: C.1 single_stream, C.2 per_layer_values,
+"""The generalised softmax models (docs/models.md: C.1 single_stream, C.2 per_layer_values,
 C.3 context_updates, and looped) against naive token-space references and against the
 controlled model they reduce to.
 

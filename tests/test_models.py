@@ -1,4 +1,4 @@
-"""The fast controlled models against naive token-space references (SPEC section 2).
+"""The fast controlled models against naive token-space references (docs/models.md).
 
 Everything here runs in float64 (scoped with `jax.enable_x64`, so the flag does
 not leak into other test modules) and compares to ~1e-9 relative.
@@ -189,7 +189,7 @@ def test_linear_model_equals_token_space_reference(x64):
 
 
 def _covariance_polynomial_recursion(model, layers, x_context_PD, beta_D, x_test_D):
-  """SPEC section 2 in x-space: returns the readouts W_o h_l for l = 0..L."""
+  """docs/models.md in x-space: returns the readouts W_o h_l for l = 0..L."""
   U = x_context_PD.T  # d x P
   q = x_test_D
   num_context = U.shape[1]
@@ -229,7 +229,7 @@ def test_linear_gradient_descent_start_is_repeated_gradient_descent(x64):
   """value_init="identity", an exact identity query/key start of scale s and orthogonal W_x
   make the depth-L model L steps of gradient descent on the context's least squares:
   w_l = w_{l-1} + eta S_hat (beta - w_{l-1}), w_0 = 0, S_hat = U U^T / P, y_hat = q . w_L,
-  with eta = s^2 L^exponent / (d L) (SPEC section 2; the repeated-update construction)."""
+  with eta = s^2 L^exponent / (d L) (docs/models.md; the repeated-update construction)."""
   qk_scale, exponent = 1.7, 1.0
   layout = GridLayout(DEPTHS)
   params = init_grid(jax.random.key(1), layout, (0,), d=D, N=N, model="linear",

@@ -1,4 +1,4 @@
-"""Tests of the data pipeline (SPEC section 1): spectra, rotations, labels, top-k targets.
+"""Tests of the data pipeline (docs/tasks.md): spectra, rotations, labels, top-k targets.
 
 Statistical tests use fixed keys (so they are deterministic) and tolerances of
 about 4-5 standard errors of the statistic they check, stated next to each.

@@ -1,5 +1,5 @@
-"""Tests of the theory estimators: the softmax bound (SPEC section 5) and the linear floor
-(SPEC section 3).
+"""Tests of the theory estimators: the softmax bound (docs/theory.md) and the linear floor
+(docs/theory.md).
 
 Small sizes (d <= 8, P <= 32, a few thousand contexts) keep each test to seconds; the
 sizes shared across tests let them share compilations.

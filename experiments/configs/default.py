@@ -15,7 +15,7 @@ import ml_collections
 
 from inverse_depth.config import ConfigError
 
-# Scale tiers (SPEC section 5), each a config module next to this one.
+# Scale tiers (docs/sizes.md), each a config module next to this one.
 SCALES = ("default", "smoke", "quick")
 
 
@@ -27,7 +27,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   # Model kinds to train, comma separated: softmax, linear (the controlled models), and the
   # generalised softmax models single_stream, per_layer_values, context_updates, looped
-  # (SPEC section 2; inverse_depth/models/). One grid per kind.
+  # (docs/models.md; inverse_depth/models/). One grid per kind.
   config.model = "softmax,linear"
   # Task: "topk" (mean label of the k most cosine-similar context inputs) or "top1" (copy).
   config.task = "topk"
@@ -41,7 +41,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.num_seeds = 2
   # Sizes per model kind (one entry for every kind in config.model): input dim d, context
   # length P (labelled examples per context), hidden width N >= d. The paper's own numbers
-  # imply softmax d = 16, P = 128 and linear d = 128, P = 1024 (SPEC section 5,
+  # imply softmax d = 16, P = 128 and linear d = 128, P = 1024 (docs/sizes.md,
   # BUILD_NOTES.md "Sizes"); the generalised softmax models take the softmax sizes.
   config.sizes = ml_collections.ConfigDict(dict(
       softmax=dict(d=16, P=128, N=32),
@@ -109,7 +109,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   config.qk_init_depth_exponent = 0.0
   # Noise added to the identity start (qk_init = "identity" only).
   config.qk_init_noise = 0.01
-  # Flip the sign of W_o where g = W_o W_v W_y starts negative (SPEC section 7); for
+  # Flip the sign of W_o where g = W_o W_v W_y starts negative (docs/regimes.md); for
   # per_layer_values, the sign of each W_v^l where g_l = W_o W_v^l W_y starts negative.
   config.positive_gain = True
   # Value/readout initialisation: "random" (W_v ~ N(0, 1/N), W_o ~ N(0, 1/N)) or "identity"
