@@ -244,6 +244,12 @@ def _canonical(value):
   return value
 
 
+def from_saved(saved: dict) -> ml_collections.ConfigDict:
+  """A saved config.json as a config, each field added since it was saved at the value that
+  reproduces the behaviour from before (FIELDS_ADDED_LATER)."""
+  return ml_collections.ConfigDict({**FIELDS_ADDED_LATER, **saved})
+
+
 def config_hash(config_dict: dict) -> str:
   """SHA-256 (first 16 hex digits) of the fields that determine the results."""
   fields = {k: _canonical(v) for k, v in config_dict.items()

@@ -165,12 +165,12 @@ def test_the_noise_prediction_reads_the_window_of_a_finished_run(window_run):
   from inverse_depth import sgd_noise, theory
   workdir, results = window_run
   found = sgd_noise.one_layer_noise(workdir, num_contexts=64, chunk_size=32)
-  assert found["layer"].shape == found["model"].shape == (WINDOW, 2)
+  assert found["layer"].shape == found["model"].shape == (1, WINDOW, 2)  # one rate, 2 seeds
   assert np.all(found["layer"] > 0) and np.all(found["model"] > 0)
-  assert len(set(found["layer"][:, 0])) == WINDOW  # each step its own state
+  assert len(set(found["layer"][0, :, 0])) == WINDOW  # each step its own state
   path = sgd_noise.write_report(workdir, num_contexts=64)
   with open(os.path.join(workdir, sgd_noise.NOISE_FILE)) as f:
-    written = json.load(f)
+    written, = json.load(f)["rates"]
   config = window_config()
   assert written["predicted_c"] == pytest.approx(theory.sgd_stationary_excess(
       written["trace_layer"], learning_rate=config.learning_rate, momentum=config.momentum,
@@ -202,4 +202,18 @@ def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
   assert all(s["eval_loss"] != f["eval_loss"] for s, f in zip(slow, fast))
   with open(os.path.join(tmp_path, "sweep", "report.md")) as f:
     assert "(a,b)=(0,0), lr 0.005" in f.read()
+  # the noise prediction and the sweep table take each rate's own one-layer models and fit
+  from inverse_depth import sgd_noise
+  predicted = sgd_noise.predict(str(tmp_path / "sweep"), num_contexts=64)["rates"]
+  assert [e["learning_rate"] for e in predicted] == [0.005, 0.02]
+  assert [e["fitted_c"] for e in predicted] == [
+      next(f["c"] for f in swept["fits"] if f["learning_rate"] == e["learning_rate"])
+      for e in predicted]
+  assert predicted[0]["trace_layer"] != predicted[1]["trace_layer"]
+  rows = sgd_noise.sweep_rows([str(tmp_path / "sweep"), str(tmp_path / "alone")])
+  assert [(r["batch_size"], r["learning_rate"]) for r in rows] == [(32, 0.005), (32, 0.02),
+                                                                   (32, 0.02)]
+  assert np.isnan(rows[2]["predicted_c"]) != np.isnan(rows[1]["predicted_c"])  # alone: none
+  sgd_noise.write_sweep_report(str(tmp_path / "table"), [str(tmp_path / "sweep")])
+  assert "| 32 | 0.005 |" in open(tmp_path / "table" / "sweep.md").read()
 
