@@ -1,5 +1,7 @@
 """Config validation and the command-line entrypoint's handling of bad overrides."""
 
+import glob
+import importlib
 import json
 import os
 import subprocess
@@ -12,9 +14,20 @@ from inverse_depth import config as config_lib
 from tests import REPO
 
 
-@pytest.mark.parametrize("module", [default, quick, smoke], ids=["default", "quick", "smoke"])
-def test_shipped_configs_validate(module):
-  config = module.get_config()
+# Every config file (a module with get_config) with each argument it documents.
+SHIPPED = [(name, arg) for name in sorted(
+    os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "experiments", "configs",
+                                                              "*.py")))
+    if hasattr(importlib.import_module(f"experiments.configs.{name}"), "get_config")
+    for arg in dict(sgd_sweep=("256", "1024"), sgd_table1=("cpu", "paper"),
+                    sgd_table4=("cpu", "paper"), sgd_table4_top16=("cpu", "paper")).get(
+                        name, (None,))]
+
+
+@pytest.mark.parametrize("name, arg", SHIPPED, ids=[f"{n}:{a}" if a else n for n, a in SHIPPED])
+def test_shipped_configs_validate(name, arg):
+  module = importlib.import_module(f"experiments.configs.{name}")
+  config = module.get_config() if arg is None else module.get_config(arg)
   config_lib.validate(config)
   # The trainer settings and problem can be built from them.
   settings = config_lib.train_settings(config)

@@ -14,7 +14,7 @@ import math
 
 import ml_collections
 
-from experiments.configs import default
+from experiments.configs import default, regimes
 from inverse_depth.config import ConfigError
 
 TIERS = ("cpu", "paper")
@@ -89,4 +89,42 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
       max_steps=tier_fields["linear_steps"], eval_every=50, checkpoint_every=100, val_size=1024,
       eval_size=tier_fields["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
       bound_samples=tier_fields["linear_bound"])
+  return config
+
+
+# The SGD law's tables (sgd_table1.py, sgd_table4.py, sgd_table4_top16.py): softmax only, in
+# regimes.SGD_LAW, per tier: depths, seeds, steps, averaged evaluations, evaluation contexts.
+_SGD_TIER_FIELDS = {
+    "cpu": dict(depths=(1, 2, 4, 8, 16, 32), num_seeds=2, max_steps=6000, stationary_evals=12,
+                eval_size=20_480, bound_samples=50_000),
+    "paper": dict(depths=(1, 2, 4, 8, 16, 32, 64, 128, 256), num_seeds=3, max_steps=12000,
+                  stationary_evals=16, eval_size=100_000, bound_samples=200_000),
+}
+# Query/key start per k: identity at scale s puts the logits near s^2 N cos, so s =
+# sqrt(tau / N) with tau the best single cosine layer's temperature (theory.softmax_bound at
+# d = 16, P = 128: 16.7 for top-2 on six of the seven Table 1 spectra, 4.8 for top-16 on all
+# four of Table 4's; results/reproduce/table1, results/table4_top16_depth_law_regime_24k_joined).
+SGD_QK_SCALE = {2: 0.73, 16: 0.39}
+
+
+def sgd_law_base(tier: str, k: int, spectra) -> ml_collections.ConfigDict:
+  """Softmax on the top-k task over `spectra` in regimes.SGD_LAW at tier `tier`
+  (_SGD_TIER_FIELDS), its query/key start at the top-k optimum's temperature (SGD_QK_SCALE):
+  under SGD a depth-L model's layers move 1/L as fast together, so the deep models of a grid
+  could not reach another temperature in the cpu budget."""
+  check_tier(tier)
+  if k not in SGD_QK_SCALE:
+    raise ConfigError(f"sgd_law tables: k={k} has no query/key scale; allowed "
+                      f"{sorted(SGD_QK_SCALE)}")
+  config = default.get_config()
+  config.update(regimes.SGD_LAW)
+  config.update(_SGD_TIER_FIELDS[tier])
+  config.model = "softmax"
+  config.task = "topk"
+  config.k = k
+  config.spectra = tuple(spectra)
+  config.qk_init_scale = SGD_QK_SCALE[k]
+  config.checkpoint_every = 500
+  config.val_size = 2048
+  config.eval_chunk_size = 4096
   return config

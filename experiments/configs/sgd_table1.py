@@ -1,0 +1,15 @@
+"""Table 1's softmax floors (and Table 5's gap fits) in the SGD law's regime.
+
+    python -m experiments.run --config=experiments/configs/sgd_table1.py --workdir=runs/sgd_table1
+
+Softmax, top-2, the seven Table 1 spectra, regimes.SGD_LAW (tables.sgd_law_base): depths
+1..32, 2 seeds, 6000 steps, losses averaged over the last 12 evaluations at the `cpu` tier;
+`:paper` for depths to 256. The fitted floor L0 of each spectrum beside the paper's and
+`theory.softmax_bound`; every fit record carries the gap fit of L0 - C_L (Table 5).
+"""
+
+from experiments.configs import tables
+
+
+def get_config(tier: str = "cpu"):
+  return tables.sgd_law_base(tier, 2, tables.TABLE1_SPECTRA)
