@@ -35,6 +35,12 @@ TABLE4_LONGER_RUNS = ("results/table4_depth_law_regime_48k_joined",
                       "results/table4_top16_depth_law_regime_48k_joined")
 
 
+# The first section of the combined report: one committed run per training regime at the
+# paper's size (softmax, top-2, isotropic, d = 16, P = 128), paths from the repository root.
+REGIME_RUNS = (("constant-step SGD (regimes.SGD_LAW)", "results/sgd_law"),
+               ("annealed Adam (regimes.ANNEALED_ADAM)", "results/depth_law"))
+
+
 def load_results(root: str, names=tuple(name for name, _ in RUNS)) -> dict[str, dict]:
   """results.json of every run named in `names` (default: RUNS) present under `root`, by run
   name."""
@@ -292,6 +298,38 @@ def _window_exponents(windows: list[dict]) -> str:
       f"L>={window['smallest_depth']:g}: "
       + (f"{window['alpha']:.2f} +- {window['alpha_se']:.2g}" if window["resolved"] else "-")
       for window in windows) or "-"
+
+
+def _last_doubling_change(fit: dict, field: str) -> float:
+  """Relative change of a per-depth seed mean (`shared_error`, `disagreement`) between the
+  two deepest depths of a fit."""
+  values = fit[field]
+  return values[-1] / values[-2] - 1 if len(values) >= 2 else float("nan")
+
+
+def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
+  """Where the law appears: per (regime, workdir, results) the fit of R_L = L0 + c L^-alpha,
+  its floor against the paper's Table 1 value, and the change of C_L and of A_L - C_L over
+  the last doubling of depth (the paper has both level off)."""
+  if not regimes:
+    return []
+  target = paper.table1_floor("softmax", "topk", 2, 0.0, 0.0)
+  lines = ["## Where the law appears: one problem under each training regime", "",
+           "Softmax, top-2, isotropic, d = 16, P = 128 (BUILD_NOTES.md \"The SGD law\"; "
+           f"docs/regimes.md). Paper: L0 = {target:g} with alpha ~ 1, C_L and A_L - C_L level.",
+           "",
+           "| regime | run | depths | R_L | fit L0 (vs paper) | alpha | R^2 | C_L, last doubling "
+           "| A_L - C_L, last doubling |", "|---|---|---|---|---|---|---|---|---|"]
+  for name, workdir, results in regimes:
+    fit = _fits(results, "softmax")[0]
+    curve = ", ".join(f"{loss:.3f}" for loss in fit["losses"])
+    fit_cells = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} ({_percent(fit['L0'], target)}) | "
+                 f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2f} | {fit['r2']:.3f}"
+                 if fit["resolved"] else f"{fit['verdict']} | - | -")
+    lines.append(f"| {name} | `{workdir}` | {min(fit['depths']):g}..{max(fit['depths']):g} | "
+                 f"{curve} | {fit_cells} | {_last_doubling_change(fit, 'shared_error'):+.1%} | "
+                 f"{_last_doubling_change(fit, 'disagreement'):+.1%} |")
+  return lines
 
 
 def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
@@ -624,11 +662,15 @@ def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]],
   return all_results, metrics, figures
 
 
-def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS) -> str:
+def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS,
+                          regimes=REGIME_RUNS) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
-  ROOT and of the `table4_longer` workdirs."""
+  ROOT, of the `table4_longer` workdirs and of the `regimes` ((name, workdir) pairs)."""
   all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
   longer = list(load_results(".", table4_longer).items())  # paths from the repository root
+  regime_results = load_results(".", [workdir for _, workdir in regimes])
+  regime_lines = regime_section([(name, workdir, regime_results[workdir])
+                                 for name, workdir in regimes if workdir in regime_results])
   table1 = all_results.get("table1")
   sections, checks = [], []
   for lines, found in (
@@ -682,8 +724,9 @@ def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS) -> str:
   header = ["# Reproducing the paper: Tables 1-5", "",
             "Every number below comes from the runs under this directory (one experiment "
             "workdir each, with its own report.md); the paper's values are references, never "
-            "inputs. " + run_times_sentence(all_results, [name for name, _ in RUNS]), "",
-            f"## Checks ({passed} of {len(checks)} pass)", ""]
+            "inputs. " + run_times_sentence(all_results, [name for name, _ in RUNS]), ""]
+  header += regime_lines + ([""] if regime_lines else [])
+  header += [f"## Checks ({passed} of {len(checks)} pass)", ""]
   header += [f"- {'PASS' if ok else 'MISS'}: {text}" for ok, text in checks]
   path = os.path.join(root, "report.md")
   write_text_atomic(path, "\n".join(header + sections + figure_lines) + "\n")

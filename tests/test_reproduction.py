@@ -309,3 +309,20 @@ def test_longer_training_refuses_runs_that_differ_in_more_than_the_schedule(tmp_
   with pytest.raises(ValueError, match="learning_rate: 0.001 -> 0.003"):
     report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
   assert not (tmp_path / "long" / "longer_training.md").exists()
+
+
+def test_regime_section_reads_each_regimes_fit_and_its_last_doubling():
+  with open(os.path.join(REPO, "results", "depth_law", "results.json")) as f:
+    annealed = json.load(f)
+  fit = annealed["fits"][0]
+  level = dict(fit, shared_error=[float("nan"), 1.8, 2.0, 2.0], disagreement=[float("nan"), 1.0,
+                                                                               1.2, 1.26])
+  lines = reproduction.regime_section([("annealed", "results/depth_law", annealed),
+                                       ("level", "x", dict(annealed, fits=[level]))])
+  annealed_row = next(line for line in lines if line.startswith("| annealed |"))
+  assert f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}" in annealed_row
+  change = fit["disagreement"][-1] / fit["disagreement"][-2] - 1
+  assert annealed_row.endswith(f"| {change:+.1%} |")
+  assert next(line for line in lines if line.startswith("| level |")).endswith(
+      "| +0.0% | +5.0% |")
+  assert reproduction.regime_section([]) == []
