@@ -20,4 +20,8 @@ def get_config():
   config.stationary_evals = 8
   config.checkpoint_every = 500
   config.bound_samples = 50_000
+  # At this rate a one-layer model sits ~40% above the best single cosine layer from the
+  # optimiser's noise alone (predicted by experiments.sgd_noise: results/sgd_law/sgd_noise.md),
+  # which the default factor 1.2 would flag as stuck; stuck models sit near 3x the bound.
+  config.outlier_factor = 1.5
   return config
