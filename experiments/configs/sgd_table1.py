@@ -3,7 +3,7 @@
     python -m experiments.run --config=experiments/configs/sgd_table1.py --workdir=runs/sgd_table1
 
 Softmax, top-2, the seven Table 1 spectra, regimes.SGD_LAW (tables.sgd_law_base): depths
-1..32, 2 seeds, 6000 steps, losses averaged over the last 12 evaluations at the `cpu` tier;
+1..32, 2 seeds, 12000 steps, losses averaged over the last 16 evaluations at the `cpu` tier;
 `:paper` for depths to 256. The fitted floor L0 of each spectrum beside the paper's and
 `theory.softmax_bound`; every fit record carries the gap fit of L0 - C_L (Table 5).
 """

@@ -3,7 +3,7 @@
 
     python -m experiments.run --config=experiments/configs/sgd_table4.py --workdir=runs/sgd_table4
 
-regimes.SGD_LAW at the `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds, 6000 steps).
+regimes.SGD_LAW at the `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds, 12000 steps).
 """
 
 from experiments.configs import tables

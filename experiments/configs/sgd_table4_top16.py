@@ -5,7 +5,7 @@
         --workdir=runs/sgd_table4_top16
 
 regimes.SGD_LAW with the query/key start at the top-16 optimum's temperature (scale 0.39,
-tables.SGD_QK_SCALE), `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds, 6000 steps).
+tables.SGD_QK_SCALE), `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds, 12000 steps).
 """
 
 from experiments.configs import tables
