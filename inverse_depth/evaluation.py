@@ -217,8 +217,8 @@ class GridEvaluator:
                   bound: dict | None, window_params: list | None = None
                   ) -> tuple[list[dict], list[dict]]:
     """One results.json run record per (seed, view) model of one group (a spectrum and a
-    learning rate: trainer.groups), from held-out
-    predictions, and the paired differences of consecutive views (`paired_differences`).
+    learning rate: trainer.groups), from held-out predictions, and the paired differences of
+    consecutive views (`paired_differences`).
 
     `views` lists, per reported depth L, the packed layers whose predictors form the model
     (a slice) and the trained grid models they belong to (for the bookkeeping fields).

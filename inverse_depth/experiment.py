@@ -12,6 +12,11 @@ continuation replays what an uninterrupted run would have done); otherwise it
 starts from initialisation. metrics.jsonl lines beyond the restored step are
 dropped so the curves never hold a step twice. SIGTERM/SIGINT stop training at
 the end of the current chunk after a checkpoint (`Interrupted`).
+
+Stationary evaluation (`stationary_evals` K > 1): training also checkpoints at each of
+its last K evaluations, and the evaluation reads those states back and reports time
+averages over them (`evaluation.GridEvaluator.run_records`), so an interrupted run loses
+none of them.
 """
 
 import contextlib
@@ -181,7 +186,7 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   stream), reported at each depth L as the average of the first L of them.
   Returns {"runs": one record per (spectrum, rate, seed, depth) model, "groups" (a, b and
   learning_rate of each group), "paired_differences" and "bounds" (one entry per group),
-  "train_time_s", "wall_time_s"}. `bounds` has one entry per spectrum.
+  "train_time_s", "wall_time_s"}. The argument `bounds` has one entry per spectrum.
   """
   keys = _root_keys(spec.root_seed)
   trainer = grid_trainer(spec)
