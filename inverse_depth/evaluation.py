@@ -129,9 +129,8 @@ class GridEvaluator:
   def evaluate(self, params, key: jax.Array, size: int, chunk_size: int, group: int,
                views: list[slice], diagnostic_size: int):
     """Evaluation of one group's seeds (trainer.groups) on sample_contexts(split(key, size))
-    of its spectrum, drawn and
-    evaluated chunk by chunk so that only one chunk of contexts is in memory (at d = 128,
-    P = 1024 the whole set would not be).
+    of its spectrum, drawn and evaluated chunk by chunk so that only one chunk of contexts
+    is in memory (at d = 128, P = 1024 the whole set would not be).
 
     Returns per-layer predictions [seeds, T, E], targets [E], context mean labels [E], and
     the diagnostics of every view (`views`: slices of packed layers) on the first whole
