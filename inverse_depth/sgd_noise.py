@@ -1,12 +1,13 @@
 """The SGD law's coefficients predicted from gradient noise, before looking at the depth curve.
 
-Hypothesis (BUILD_NOTES.md "Why SGD"): at a constant rate eta with momentum mu and batch B,
+Hypothesis (BUILD_NOTES.md "The SGD law"): at a constant rate eta with momentum mu and batch B,
 SGD leaves each parameter fluctuating about the optimum, at an excess loss
 eta_eff tr(Sigma) / (4 B), eta_eff = eta / (1 - mu), Sigma the per-context gradient
 covariance (theory.sgd_stationary_excess). In a depth-L model whose layers all sit at the
 one-layer optimum, each layer's gradient is 1/L of a one-layer model's (the 1/L of the
-residual update), so its noise trace is 1/L^2 of the one-layer model's layer trace; L such
-layers fluctuate independently and cost
+residual update): L layers fluctuating independently, each with 1/L^2 of the one-layer
+model's layer noise, and L layers moving together at rate eta / L (at equal layers the
+per-context noise is the same for all) both cost
 
     excess_L = eta_eff tr(Sigma_layer) / (4 B L) + eta_eff tr(Sigma_shared) / (4 B),
 

@@ -31,7 +31,7 @@ trained linear model with each K_l replaced by its isotropic part.
 Optimiser noise: the stationary excess loss of constant-rate SGD with momentum, to leading
 order in the rate (`sgd_stationary_excess`) and exactly on a quadratic
 (`sgd_quadratic_excess`); under SGD each layer of a depth-L model feels 1/L of a one-layer
-model's gradient, which makes the layers' share of that excess c / L (BUILD_NOTES.md "Why SGD").
+model's gradient, which makes the layers' share of that excess c / L (docs/theory.md).
 
 Monte Carlo chunk i of every estimator here uses the key fold_in(key, i).
 """
