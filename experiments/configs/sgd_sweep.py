@@ -3,6 +3,8 @@
     python -m experiments.run --config=experiments/configs/sgd_sweep.py --workdir=runs/sgd_sweep_b256
     python -m experiments.run --config=experiments/configs/sgd_sweep.py:1024 \
         --workdir=runs/sgd_sweep_b1024
+    python -m experiments.run --config=experiments/configs/sgd_sweep.py:quick \
+        --workdir=runs/sgd_sweep_quick
 
 sgd_law.py's regime (regimes.SGD_LAW) with `rate_factors` (1/3, 1, 10/3) of its 3e-3: every
 model is trained at each rate from the same start on the same stream, so the three rates are
@@ -14,22 +16,31 @@ averaged, as in sgd_law.py: there the validation losses still fell 1-2% over ste
 4000..12000 at every depth (the deep models the most), so a shorter schedule is not yet
 justified. Cost on 2 CPU cores, from sgd_law.py's 0.37 s per step for 381 layers at batch
 256: about 75 min at batch 256 (378 layers) and 2.5 h at batch 1024 (186 layers, 4x batch).
-Not yet run (BUILD_NOTES "The SGD law").
+The two full sweeps are not yet run; `:quick` (depths 1..8, 6000 steps, about 10 min) is
+results/sgd_sweep_quick (BUILD_NOTES "The SGD law").
 """
 
 from experiments.configs import sgd_law
 from inverse_depth.config import ConfigError
 
-BATCHES = ("256", "1024")
+# Variants: the batch size, or "quick": batch 256 at depths 1..8 over 6000 steps (the last 12
+# evaluations averaged), a 10-minute first look at c against the rate.
+VARIANTS = ("256", "1024", "quick")
 
 
-def get_config(batch: str = "256"):
-  if batch not in BATCHES:
-    raise ConfigError(f"sgd_sweep batch {batch!r} does not exist: allowed {', '.join(BATCHES)}")
+def get_config(variant: str = "256"):
+  if variant not in VARIANTS:
+    raise ConfigError(f"sgd_sweep variant {variant!r} does not exist: allowed "
+                      f"{', '.join(VARIANTS)}")
   config = sgd_law.get_config()
   config.rate_factors = (1 / 3, 1.0, 10 / 3)
-  config.batch_size = int(batch)
-  config.depths = (1, 2, 4, 8, 16, 32) if batch == "256" else (1, 2, 4, 8, 16)
+  config.batch_size = 1024 if variant == "1024" else 256
+  config.depths = dict(quick=(1, 2, 4, 8), **{"256": (1, 2, 4, 8, 16, 32),
+                                              "1024": (1, 2, 4, 8, 16)})[variant]
   config.num_seeds = 2
+  if variant == "quick":
+    config.max_steps = 6000
+    config.stationary_evals = 12
+    config.checkpoint_every = 500
   config.outlier_factor = 1.5  # the one-layer models' noise excess is not a stuck model (quick.py)
   return config
