@@ -1,11 +1,7 @@
 """Figures and report.md regenerated from results.json alone.
 
-`checks` turns the paper's predictions at this scale into explicit pass/miss
-lines computed from the numbers, so a report never claims what it did not
-measure. Its tolerances are the paper-regime issue's (fitted softmax L0 within 5% of the
-paper's, deepest linear loss within 3% of its floor); the combined reproduction report
-(reproduction.py) applies the reproduction issue's (Table 1 within 10%, Table 3 within 5%),
-so a number can pass there and miss here. Each check line states its tolerance.
+The pass/miss lines come from `report.checks`, built on inverse_depth.checks, where every
+tolerance is named; each line states its tolerance.
 """
 
 import json
@@ -18,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from inverse_depth import analysis, paper  # noqa: E402
+from inverse_depth import checks as checks_lib  # noqa: E402
 from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
 
 
@@ -116,40 +113,41 @@ def plot_decomposition(results: dict, path: str) -> None:
   save_figure(fig, path)
 
 
-def checks(results: dict) -> list[tuple[bool, str]]:
-  """(passed, sentence) for each prediction of the paper that this run can test."""
-  lines = []
+def checks(results: dict) -> list[checks_lib.Check]:
+  """Every check (inverse_depth.checks) this run can take: the state of its models, then per
+  problem the softmax law and the linear plateau."""
+  found = []
   runs = results["runs"]
   live = [r for r in runs if not r["diverged"]]
   converged = sum(r["converged"] for r in live)
-  lines.append((converged == len(live) and len(live) == len(runs),
-                f"{converged}/{len(runs)} models converged by the stated rule "
-                f"({len(runs) - len(live)} diverged)."
-                + (" Under a decay to zero the rule only sees the loss stop as the rate "
-                   "vanishes, not convergence: `experiments.longer_training` tests that by "
-                   "training the same models longer."
-                   if results.get("config", {}).get("schedule") == "cosine" else "")))
+  found.append(checks_lib.Check(
+      "models converged", converged == len(runs),
+      f"{converged}/{len(runs)} models converged by the stated rule "
+      f"({len(runs) - len(live)} diverged)."
+      + (" Under a decay to zero the rule only sees the loss stop as the rate vanishes, not "
+         "convergence: `experiments.longer_training` tests that by training the same models "
+         "longer." if results.get("config", {}).get("schedule") == "cosine" else "")))
   windows = [r for r in live if "stationarity" in r]
   if windows:
     stationary = sum(r["stationarity"]["stationary"] for r in windows)
-    lines.append((stationary == len(windows),
-                  f"{stationary}/{len(windows)} models stationary over the averaging window "
-                  f"(the last {windows[0]['stationarity']['evals']} evaluations; reported R, "
-                  "A and C are their time averages)."))
-  flagged = [r for r in runs if r.get("flagged")]
-  lines.append((not flagged, "The run is clean: no model flagged." if not flagged else
-                f"The run is NOT clean: {len(flagged)} models flagged and kept out of the means "
-                "and fits: " + "; ".join(f"{r['model']} L={r['depth']} seed {r['seed']} "
-                                         f"({r['flag_reason']})" for r in flagged) + "."))
+    found.append(checks_lib.Check(
+        "models stationary", stationary == len(windows),
+        f"{stationary}/{len(windows)} models stationary over the averaging window (the last "
+        f"{windows[0]['stationarity']['evals']} evaluations; reported R, A and C are their time "
+        "averages)."))
+  found.append(checks_lib.clean_run(runs))
   stuck = [f"{r['model']} L={r['depth']} seed {r['seed']}" for r in live if r["on_plateau"]]
-  lines.append((not stuck, f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
-                f"{analysis.UNIFORM_PLATEAU_FRACTION:g} x the best uniform-attention predictor)"
-                + (": " + ", ".join(stuck) if stuck else ".")))
+  found.append(checks_lib.Check(
+      "off the uniform plateau", not stuck,
+      f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
+      f"{analysis.UNIFORM_PLATEAU_FRACTION:g} x the best uniform-attention predictor)"
+      + (": " + ", ".join(stuck) if stuck else ".")))
   worst_residual = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30)
                         for r in runs if analysis.is_clean(r)), default=0.0)
-  lines.append((worst_residual < 1e-6,
-                f"Identity R = C + (A - C)/L holds to a relative {worst_residual:.1e} on the "
-                "clean models (float64 analysis of float32 predictions; needs < 1e-6)."))
+  found.append(checks_lib.Check(
+      "identity exact", worst_residual < checks_lib.IDENTITY_TOLERANCE,
+      f"Identity R = C + (A - C)/L holds to a relative {worst_residual:.1e} on the clean models "
+      f"(float64 analysis of float32 predictions; needs < {checks_lib.IDENTITY_TOLERANCE:g})."))
   by_problem = {}
   for fit in results["fits"]:
     by_problem.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
@@ -157,79 +155,61 @@ def checks(results: dict) -> list[tuple[bool, str]]:
     soft, lin = fits.get("softmax"), fits.get("linear")
     for fit in (soft, fits.get("softmax" + analysis.ENSEMBLE_SUFFIX)):
       if fit is not None:
-        lines += _softmax_checks(fit)
+        found += _softmax_checks(fit)
     if lin is not None:
-      lines += _linear_checks(lin, runs_of(results, lin))
+      found += _linear_checks(lin, runs_of(results, lin))
     if soft is not None and lin is not None and soft["losses"] and lin["losses"]:
       ratio = soft["losses"][-1] / lin["losses"][-1]
-      floors = ", ".join(f"{name} {fit['L0']:.3g}" if fit["resolved"] else f"{name} not resolved"
-                         for name, fit in (("softmax", soft), ("linear", lin)))
-      lines.append((ratio < 0.5,
-                    f"{grid_label(soft)}: deepest softmax loss is {ratio:.2g}x the deepest "
-                    f"linear loss (needs < 0.5x; fitted floors L0: {floors})."))
-  return lines
+      found.append(checks_lib.Check(
+          "softmax below linear", ratio < checks_lib.SOFTMAX_LINEAR_RATIO,
+          f"{grid_label(soft)}: deepest softmax loss is {ratio:.2g}x the deepest linear loss "
+          f"(needs < {checks_lib.SOFTMAX_LINEAR_RATIO:g}x)."))
+  return found
 
 
-def _monotone_check(fit: dict) -> tuple[bool, str]:
-  label = grid_label(fit)
+def _monotone_check(fit: dict) -> checks_lib.Check:
   bad = fit["non_monotone_depths"]
   steps = ", ".join(f"{p['previous']}->{p['depth']}: {p['difference']:+.2g} +- {p['se']:.2g}"
                     for p in fit.get("paired_differences", []))
-  return (not bad, f"{label}: loss monotone in depth within 2 paired standard errors "
-          f"(R_L - R_L' on the shared evaluation set: {steps})"
-          + (f"; rises at depths {bad} (docs/regimes.md: for parallel models a rise means "
-             "under-training)" if bad else "."))
+  return checks_lib.Check(
+      "loss monotone in depth", not bad,
+      f"{grid_label(fit)}: loss monotone in depth within 2 paired standard errors (R_L - R_L' "
+      f"on the shared evaluation set: {steps})"
+      + (f"; rises at depths {bad} (docs/regimes.md: for parallel models a rise means "
+         "under-training)" if bad else "."))
 
 
-def _softmax_checks(fit: dict) -> list[tuple[bool, str]]:
-  label = grid_label(fit)
-  lines = [_monotone_check(fit)] if fit.get("paired_differences") else []  # one depth: no pairs
+def _softmax_checks(fit: dict) -> list[checks_lib.Check]:
+  """Monotone in depth, one layer near the best single cosine layer, then the law's checks
+  (checks.softmax_law_checks)."""
+  found = [_monotone_check(fit)] if fit.get("paired_differences") else []  # one depth: no pairs
   bound = fit.get("bound")
-  losses = fit["losses"]
   if bound and fit["depths"] and fit["depths"][0] == 1:
-    excess = losses[0] / bound["single"] - 1
-    lines.append((excess < 0.1, f"{label}: R_1 = {losses[0]:.4g} is {100 * excess:+.1f}% from the "
-                  f"best single cosine-attention layer {bound['single']:.4g} +- "
-                  f"{bound['single_se']:.2g} (needs < +10%)."))
-  if not fit["resolved"]:
-    lines.append((False, f"{label}: {fit.get('verdict', 'fit not resolved')}."))
-  elif len(losses) >= 2:
-    in_law = 0.7 <= fit["alpha"] <= 1.3 and fit["r2"] >= 0.99
-    lines.append((in_law, f"{label}: {fit['verdict']} (alpha {fit['alpha']:.2f} +- "
-                  f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f}; the paper's law needs alpha in "
-                  "[0.7, 1.3] and R^2 >= 0.99)."))
-  shared, gap = np.array(fit.get("shared_error", [])), np.array(fit.get("disagreement", []))
-  if shared.size >= 4 and np.all(np.isfinite(shared[-2:])) and np.all(np.isfinite(gap[-2:])):
-    shared_change, gap_change = shared[-1] / shared[-2] - 1, gap[-1] / gap[-2] - 1
-    lines.append((abs(shared_change) < 0.05 and abs(gap_change) < 0.2,
-                  f"{label}: C_L and A_L - C_L level off with depth (last depth step: C_L "
-                  f"{shared[-2]:.4g} -> {shared[-1]:.4g}, {100 * shared_change:+.1f}%; A_L - C_L "
-                  f"{gap[-2]:.4g} -> {gap[-1]:.4g}, {100 * gap_change:+.1f}%; needs within 5% and "
-                  "20%)."))
-  target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-  if target is not None and not fit["resolved"]:
-    lines.append((False, f"{label}: no floor L0 fitted to compare with the paper's Table 1 "
-                  f"floor {target:.4g} (fit not resolved)."))
-  elif target is not None and np.isfinite(fit["L0"]):
-    off = fit["L0"] / target - 1
-    lines.append((abs(off) < 0.05, f"{label}: fitted L0 = {fit['L0']:.4g} is {100 * off:+.1f}% "
-                  f"from the paper's Table 1 floor {target:.4g} (needs within 5%)."))
-  return lines
+    excess = fit["losses"][0] / bound["single"] - 1
+    found.append(checks_lib.Check(
+        "one layer near its bound", excess < checks_lib.SINGLE_LAYER_TOLERANCE,
+        f"{grid_label(fit)}: R_1 = {fit['losses'][0]:.4g} is {excess:+.1%} from the best single "
+        f"cosine-attention layer {bound['single']:.4g} +- {bound['single_se']:.2g} (needs < "
+        f"+{checks_lib.SINGLE_LAYER_TOLERANCE:.0%})."))
+  if len(fit["losses"]) >= 2:
+    found += checks_lib.softmax_law_checks(fit)
+  return found
 
 
-def _linear_checks(fit: dict, runs: list[dict]) -> list[tuple[bool, str]]:
+def _linear_checks(fit: dict, runs: list[dict]) -> list[checks_lib.Check]:
   """The plateau after one or two layers, and the deepest loss against the theory floor:
   averaged exactly over beta where the run records have it (what the floor integrates),
   else the held-out MSE."""
   label = grid_label(fit)
-  lines = []
+  found = []
   losses = np.array(fit["losses"])
   if len(losses) >= 3:
     tail_change = abs(losses[1] - losses[-1]) / losses[-1]
-    lines.append((tail_change < 0.05,
-                  f"{label}: loss flattens after one or two layers (change from "
-                  f"L={fit['depths'][1]:g} to L={fit['depths'][-1]:g}: "
-                  f"{100 * tail_change:.1f}%; needs < 5%)."))
+    found.append(checks_lib.Check(
+        "linear flat in depth", tail_change <= checks_lib.LINEAR_FLAT_TOLERANCE,
+        f"{label}: loss flattens after one or two layers (change from L={fit['depths'][1]:g} to "
+        f"L={fit['depths'][-1]:g}: {tail_change:.1%}; needs within "
+        f"{checks_lib.LINEAR_FLAT_TOLERANCE:.0%})."))
   bound = fit.get("bound")
   if bound and len(losses):
     deepest, deepest_se, measure = analysis.plateau_loss(runs, fit, fit["depths"][-1])
@@ -241,11 +221,12 @@ def _linear_checks(fit: dict, runs: list[dict]) -> list[tuple[bool, str]]:
       at_this_P = (f" At this P (the polynomial applied to the context's own covariance S) the "
                    f"floor is {bound['context_floor']:.4g} +- {bound['context_floor_se']:.2g}: "
                    f"{100 * (deepest / bound['context_floor'] - 1):+.1f}% from it.")
-    lines.append((abs(off) < 0.03, f"{label}: deepest trained loss {deepest:.4g} ({measure}) "
-                  f"is {100 * off:+.1f}% from the theory floor T - h^T G^+ h = "
-                  f"{bound['floor']:.4g} +- {bound['floor_se']:.2g} (depth {bound['depth']}; "
-                  "needs within 3%)." + at_this_P))
-  return lines
+    found.append(checks_lib.Check(
+        "Table 3 linear theory", abs(off) <= checks_lib.LINEAR_THEORY_TOLERANCE,
+        f"{label}: deepest trained loss {deepest:.4g} ({measure}) is {off:+.1%} from the theory "
+        f"floor T - h^T G^+ h = {bound['floor']:.4g} +- {bound['floor_se']:.2g} (depth "
+        f"{bound['depth']}; needs within {checks_lib.LINEAR_THEORY_TOLERANCE:.0%})." + at_this_P))
+  return found
 
 
 def _table(results: dict, fit: dict) -> list[str]:
@@ -499,8 +480,10 @@ def write_report(workdir: str) -> str:
                           f"{s['wall_time_s'] / 60:.0f} min)" for s in results["joined_from"])
               + ". Steps between depths from different runs have no paired standard error.",
               ""]
-  lines += ["## Checks against the paper", ""]
-  lines += [f"- {'PASS' if ok else 'MISS'}: {text}" for ok, text in checks(results)]
+  found = checks(results)
+  lines += ["## Checks against the paper", "", checks_lib.header_line(found), ""]
+  lines += [f"- {'PASS' if check.passed else 'MISS'} ({check.claim}): {check.text}"
+            for check in found]
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
             "what was tried to find the regime where it does."]
   lines += ["", "## Depth fits  R_L = L0 + c L^-alpha", "",

@@ -81,15 +81,30 @@ def test_every_run_records_every_spectrum(reproduction_root):
 
 
 def test_combined_report(reproduction_root):
-  path = reproduction.write_combined_report(  # the table4 run stands in for a longer one
-      reproduction_root, table4_longer=[os.path.join(reproduction_root, "table4"), "absent"])
+  path = reproduction.write_combined_report(  # the table4 run stands in for a longer one,
+      reproduction_root, table4_longer=[os.path.join(reproduction_root, "table4"), "absent"],
+      sgd_tables=reproduction_root)  # and the tables runs for the SGD regime's
   with open(path) as f:
     text = f.read()
   longer = text.split("## Table 4 at longer training")[1].split("## Table 5")[0]
   assert longer.count("| table4 | 2 |") == len(config_lib.spectra(_config("table4")))
-  for heading in ("## Table 1", "## Table 2", "## Table 3", "## Table 4", "## Table 5",
-                  "## Easy task", "## Selection error", "## Checks"):
+  for heading in ("## Tables 1, 4 and 5 under constant-step SGD", "### Table 1: fitted",
+                  "### Table 5: gap fit", "### Table 4: depth exponents", "## Table 1",
+                  "## Table 2", "## Table 3", "## Table 4", "## Table 5", "## Easy task",
+                  "## Selection error", "## The `make reproduce` runs"):
     assert heading in text, heading
+  sgd = text.split("## Tables 1, 4 and 5 under constant-step SGD")[1].split("## The `make")[0]
+  table4_rows = sgd.split("### Table 4: depth exponents")[1]
+  assert sum(table4_rows.count(f"| {k} | ({a:g}, {b:g}) |")
+             for name, k in (("table4", 2), ("table4_top16", 16))
+             for a, b in config_lib.spectra(_config(name))) == (
+                 len(config_lib.spectra(_config("table4")))
+                 + len(config_lib.spectra(_config("table4_top16"))))
+  # Each header's count agrees with the PASS/MISS lines under it.
+  for block in text.split("Checks: ")[1:]:
+    misses, total = map(int, re.match(r"(\d+) of (\d+) miss", block).groups())
+    lines = [line for line in block.split("\n\n", 2)[1].splitlines() if line.startswith("- ")]
+    assert len(lines) == total and sum(line.startswith("- MISS") for line in lines) == misses
   for a, b in tables.TABLE1_SPECTRA:
     assert f"| ({a:g}, {b:g}) |" in text
   assert "slope of L unit steps, same depths" in text

@@ -1,0 +1,263 @@
+"""FINDINGS.md: one row per claim of the paper, built from the committed results.json files by
+the checks of inverse_depth.checks, so that it cannot drift from the data
+(tests/test_findings.py regenerates it and compares).
+
+Each row names the claim, the paper's number, ours, the training regime (read from the run's
+config), a verdict counted from the checks (reproduced: every check passes; not reproduced:
+every check misses; partly: m of n pass) and the folders that hold the runs.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from inverse_depth import analysis, checks, paper, reproduction
+from inverse_depth.files import write_text_atomic
+from inverse_depth.workdir import RESULTS_FILE, read_metrics
+
+# The committed runs each row reads, from the repository root.
+SGD_LAW = "results/sgd_law"
+ANNEALED_LAW = "results/depth_law"
+SGD_TABLES = reproduction.SGD_TABLES_ROOT
+ADAM_TABLES = "results/reproduce"
+GENERALIZED = "results/generalized"
+# Appendix C variants: (claim, run folder under GENERALIZED, model kind, the paper's words,
+# the run folder of the controlled softmax model it is compared with, whether the paper finds
+# the law there).
+APPENDIX_C = (
+    ("C.1 single stream keeps the law", "single_stream", "single_stream",
+     "similar scaling signals", "generalized", True),
+    ("C.2 per-layer values keep the law", "generalized", "per_layer_values",
+     "similar scaling signals", "generalized", True),
+    ("C.3 context updates, top-2: the trend stays", "generalized", "context_updates",
+     "keeps an inverse-depth trend", "generalized", True),
+    ("C.3 context updates, top-16: the trend goes", "depth_law_top16", "context_updates",
+     "loses it (m near -2.3)", "depth_law_top16", False),
+    ("looped (tied) layers", "looped", "looped", "loss against depth and parameters",
+     "looped", True),
+)
+
+
+def _load(folder: str, root: str) -> dict | None:
+  path = os.path.join(root, folder, RESULTS_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def regime_name(config: dict, model: str = "softmax") -> str:
+  """The training regime of a run's `model` models in words (docs/regimes.md)."""
+  config = dict(config, **(config.get("model_overrides") or {}).get(model, {}))
+  optimizer, schedule = config["optimizer"], config["schedule"]
+  if optimizer == "sgd" and schedule == "constant":
+    return "constant-step SGD"
+  if optimizer == "adam" and schedule == "cosine":
+    return "annealed Adam"
+  return f"{optimizer}, {schedule} schedule"
+
+
+def verdict(found: list[checks.Check]) -> str:
+  if not found:
+    return "not run"
+  passed = sum(check.passed for check in found)
+  if passed == len(found):
+    return "**reproduced**"
+  return "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
+
+
+def _softmax_fits(results: dict | None, model: str = "softmax") -> list[dict]:
+  return [fit for fit in (results or {}).get("fits", []) if fit["model"] == model]
+
+
+def _law_cell(fit: dict) -> str:
+  if not fit["resolved"]:
+    return f"no law resolved; R_L {fit['losses'][0]:.3g} -> {fit['losses'][-1]:.3g}"
+  target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
+  floor = f" ({checks.relative(fit['L0'], target):+.1%})" if target else ""
+  return (f"alpha {fit['alpha']:.2f} +- {fit['alpha_se']:.2g}, L0 {fit['L0']:.4g}{floor}, "
+          f"R^2 {fit['r2']:.3f}")
+
+
+def _row(claim: str, paper_text: str, ours: str, results: dict | None, found, folders,
+         model: str = "softmax", verdict_text: str | None = None) -> dict:
+  return dict(claim=claim, paper=paper_text, ours=ours if results else "-",
+              regime=regime_name(results["config"], model) if results else "-",
+              verdict=verdict_text or verdict(found if results else []),
+              where=", ".join(f"`{folder}`" for folder in folders))
+
+
+def _percents(found: list[checks.Check], fits: list[dict], value) -> str:
+  return ", ".join(f"({fit['a']:g}, {fit['b']:g}) {value(fit)}" for fit in fits)
+
+
+def law_rows(root: str) -> list[dict]:
+  """The central law at the paper's size, in the SGD law's regime and the annealed one."""
+  rows = []
+  for folder in (SGD_LAW, ANNEALED_LAW):
+    results = _load(folder, root)
+    fits = _softmax_fits(results)
+    found = [check for fit in fits for check in (checks.depth_law(fit),
+                                                 checks.softmax_floor(fit)) if check]
+    rows.append(_row("R_L = L0 + c L^-alpha, alpha ~ 1 (top-2, isotropic, L to 64)",
+                     "alpha ~ 1, L0 2.007", "; ".join(_law_cell(fit) for fit in fits),
+                     results, found, [folder]))
+  return rows
+
+
+def _floor_text(fit: dict) -> str:
+  target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
+  return (f"{checks.relative(fit['L0'], target):+.1%}" if fit["resolved"] and target
+          else "no fit")
+
+
+def table_rows(root: str) -> list[dict]:
+  """Tables 1-5, the easy task and the decomposition terms."""
+  rows = []
+  for folder in (f"{SGD_TABLES}/table1", f"{ADAM_TABLES}/table1"):
+    results = _load(folder, root)
+    fits = _softmax_fits(results)
+    found = [check for fit in fits for check in [checks.softmax_floor(fit)] if check]
+    rows.append(_row("Table 1: softmax floors, fitted L0 (7 spectra)",
+                     "2.007 ... 0.341", "L0 vs paper: " + _percents(found, fits, _floor_text),
+                     results, found, [folder]))
+  table1 = _load(f"{ADAM_TABLES}/table1", root)
+  table1_checks = reproduction.table1_section(table1)[1] if table1 else []
+  for claim, words, paper_text in (
+      ("Table 1 linear floor", "Table 1: linear plateaus (7 spectra)", "59.85 ... 2.12"),
+      ("linear flat in depth", "Table 1: linear loss flat after two layers", "flat"),
+      ("softmax below linear", "Table 1: softmax below linear on every spectrum", "below")):
+    found = [check for check in table1_checks if check.claim == claim]
+    ours = (f"{sum(check.passed for check in found)} of {len(found)} spectra within tolerance"
+            if found else "-")
+    rows.append(_row(words, paper_text, ours, table1, found, [f"{ADAM_TABLES}/table1"],
+                     model="linear"))
+  table2 = _load(f"{ADAM_TABLES}/table2", root)
+  found = reproduction.table2_section(table2)[1] if table2 else []
+  rows.append(_row("Table 2: linear exponents between zeta and 2 zeta (easy task)",
+                   "1.12 ... 3.31", ", ".join(
+                       f"({fit['a']:g}, {fit['b']:g}) {fit['alpha']:.2f}"
+                       for fit in _softmax_fits(table2, "linear")),
+                   table2, found, [f"{ADAM_TABLES}/table2"], model="linear"))
+  grids = [(fit, [r for r in results["runs"] if all(
+      r.get(field) == fit.get(field) for field in analysis.GRID_FIELDS)])
+           for name in ("table1", "table3_top2", "table3")
+           for results in [_load(f"{ADAM_TABLES}/{name}", root)] if results
+           for fit in _softmax_fits(results, "linear")]
+  found = reproduction.table3_section(grids)[1] if grids else []
+  rows.append(_row("Table 3: trained linear floor = theory T - h^T G^+ h", "within ~1%",
+                   f"{sum(check.passed for check in found)} of {len(found)} grids within "
+                   f"{checks.LINEAR_THEORY_TOLERANCE:.0%}", table1 if grids else None, found,
+                   [f"{ADAM_TABLES}/table1", f"{ADAM_TABLES}/table3",
+                    f"{ADAM_TABLES}/table3_top2"], model="linear"))
+  for tables_root in (SGD_TABLES, ADAM_TABLES):
+    fits, found, first = [], [], None
+    for name in ("table4", "table4_top16"):
+      results = _load(f"{tables_root}/{name}", root)
+      first = first or results
+      for fit in _softmax_fits(results):
+        check = checks.table4_exponent(fit)
+        if check:
+          fits.append(fit)
+          found.append(check)
+    rows.append(_row("Table 4: softmax depth exponents (3 top-2, 4 top-16 spectra)",
+                     "0.79 ... 0.97", ", ".join(
+                         f"k={fit['k']} ({fit['a']:g}, {fit['b']:g}) "
+                         + (f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2g}" if fit["resolved"]
+                            else "none") for fit in fits), first, found,
+                     [f"{tables_root}/table4", f"{tables_root}/table4_top16"]))
+  low, high = paper.TABLE5_ALPHA_RANGE
+  for folder in (f"{SGD_TABLES}/table1", f"{ADAM_TABLES}/table1"):
+    results = _load(folder, root)
+    fits = _softmax_fits(results)
+    gaps = [(fit, analysis.gap_fit_of(fit)) for fit in fits]
+    found = [checks.table5_gap_exponent(fit, gap) for fit, gap in gaps]
+    rows.append(_row("Table 5: gap exponent of L0 - C_L", f"{low} ... {high}", ", ".join(
+        f"({fit['a']:g}, {fit['b']:g}) " + (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g}"
+                                            if gap and np.isfinite(gap["alpha"]) else "none")
+        for fit, gap in gaps), results, found, [folder]))
+  for folder in (SGD_LAW, f"{SGD_TABLES}/table1", ANNEALED_LAW):
+    results = _load(folder, root)
+    fits = _softmax_fits(results)
+    found = [check for fit in fits for field in ("shared_error", "disagreement")
+             for check in [checks.levels_off(fit, field)] if check]
+    rows.append(_row("C_L and A_L - C_L level off at the deepest depths", "level", "; ".join(
+        f"({fit['a']:g}, {fit['b']:g}) C_L "
+        f"{checks.last_doubling_change(fit, 'shared_error'):+.1%}, A_L - C_L "
+        f"{checks.last_doubling_change(fit, 'disagreement'):+.1%}" for fit in fits),
+                     results, found, [folder]))
+  easy = _load(f"{ADAM_TABLES}/easy", root)
+  found = (reproduction.easy_section(easy, read_metrics(os.path.join(root, ADAM_TABLES,
+                                                                     "easy")))[1]
+           if easy else [])
+  rows.append(_row("Easy task: one softmax layer solves top-1", "R_1 ~ 0",
+                   found[0].text.split(": ", 1)[1] if found else "-", easy, found,
+                   [f"{ADAM_TABLES}/easy"]))
+  return rows
+
+
+def identity_row(root: str, folders) -> dict:
+  """R = C + (A - C)/L on every clean model of `folders`."""
+  runs = [r for folder in folders for results in [_load(folder, root)] if results
+          for r in results["runs"] if analysis.is_clean(r)]
+  worst = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in runs),
+              default=float("nan"))
+  found = [checks.Check("identity exact", bool(worst < checks.IDENTITY_TOLERANCE), "")] if runs else []
+  return dict(claim="Identity R_L = C_L + (A_L - C_L)/L", paper="exact",
+              ours=f"largest relative residual {worst:.1e} over {len(runs)} models",
+              regime="every run", verdict=verdict(found),
+              where="every folder above")
+
+
+def appendix_rows(root: str) -> list[dict]:
+  """Each appendix C variant's depth law beside the controlled model's of the same regime. A
+  variant's claim is only testable where the controlled model shows the law: else the row
+  says so instead of counting its checks."""
+  rows = []
+  for claim, run, model, paper_text, control_run, paper_finds_law in APPENDIX_C:
+    folder = f"{GENERALIZED}/{run}"
+    results = _load(folder, root)
+    fits = _softmax_fits(results, model)
+    control = _softmax_fits(_load(f"{GENERALIZED}/{control_run}", root))
+    found = [checks.depth_law(fit) for fit in fits]
+    ours = "; ".join(f"{model}: {_law_cell(fit)}" for fit in fits)
+    untestable = None
+    if control:
+      ours += f" (controlled model: {_law_cell(control[0])})"
+      if not checks.depth_law(control[0]).passed:
+        untestable = "not testable here: the controlled model shows no law in this regime"
+    if not paper_finds_law:  # the claim is the law's absence
+      found = [checks.Check("depth law", not check.passed, check.text) for check in found]
+    rows.append(_row(f"Appendix C: {claim}", paper_text, ours, results, found, [folder],
+                     verdict_text=untestable if results else None))
+  return rows
+
+
+def build(root: str = ".") -> str:
+  """The text of FINDINGS.md from the committed results under `root`."""
+  rows = law_rows(root) + table_rows(root)
+  rows.append(identity_row(root, [row["where"].strip("`") for row in rows
+                                  if row["where"].count("`") == 2]))
+  rows += appendix_rows(root)
+  lines = ["# Findings: the paper's claims against our runs", "",
+           "Generated by `python -m experiments.findings` from the committed `results.json` "
+           "files; every verdict is counted from the checks of `inverse_depth/checks.py` "
+           "(tolerances named there: a softmax floor is a fitted L0 within "
+           f"{checks.SOFTMAX_FLOOR_TOLERANCE:.0%} of the paper's, the law needs alpha in "
+           f"[{checks.LAW_ALPHA_RANGE[0]:g}, {checks.LAW_ALPHA_RANGE[1]:g}] with R^2 >= "
+           f"{checks.LAW_MIN_R2:g}, an exponent agrees within "
+           f"{checks.EXPONENT_STANDARD_ERRORS:g} standard errors, levelling off means C_L "
+           f"within {checks.SHARED_LEVEL_TOLERANCE:.0%} and A_L - C_L within "
+           f"{checks.DISAGREEMENT_LEVEL_TOLERANCE:.0%} over the last doubling of depth). "
+           "Where a claim was tested in two training regimes it has a row for each. What the "
+           "rows mean, and why some miss: README \"What we find\", BUILD_NOTES.md.", "",
+           "| claim | paper | ours | regime | verdict | runs |", "|---|---|---|---|---|---|"]
+  lines += [f"| {row['claim']} | {row['paper']} | {row['ours']} | {row['regime']} | "
+            f"{row['verdict']} | {row['where']} |" for row in rows]
+  return "\n".join(lines) + "\n"
+
+
+def write(path: str = "FINDINGS.md", root: str = ".") -> str:
+  write_text_atomic(path, build(root))
+  return path

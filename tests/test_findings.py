@@ -1,0 +1,35 @@
+"""FINDINGS.md is what the committed results say, and its verdicts count the checks."""
+
+import os
+
+from inverse_depth import checks, findings
+from tests import REPO
+
+
+def test_committed_findings_match_the_committed_results():
+  with open(os.path.join(REPO, "FINDINGS.md")) as f:
+    committed = f.read()
+  assert committed == findings.build(REPO), (
+      "FINDINGS.md is stale: regenerate it with `python -m experiments.findings`")
+
+
+def test_verdicts_count_the_checks():
+  passing, missing = checks.Check("depth law", True, ""), checks.Check("depth law", False, "")
+  assert findings.verdict([passing, passing]) == "**reproduced**"
+  assert findings.verdict([missing]) == "not reproduced"
+  assert findings.verdict([passing, missing, missing]) == "partly (1 of 3 checks)"
+  assert findings.verdict([]) == "not run"
+
+
+def test_a_root_without_results_reports_every_row_not_run(tmp_path):
+  text = findings.build(str(tmp_path))
+  rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+  assert rows and all("| not run |" in row for row in rows), rows
+
+
+def test_regime_names_follow_the_config():
+  assert findings.regime_name(dict(optimizer="sgd", schedule="constant")) == "constant-step SGD"
+  assert findings.regime_name(dict(optimizer="adam", schedule="cosine")) == "annealed Adam"
+  linear = dict(optimizer="adam", schedule="cosine",
+                model_overrides=dict(linear=dict(schedule="constant")))
+  assert findings.regime_name(linear, "linear") == "adam, constant schedule"
