@@ -11,7 +11,7 @@ gains, and the best mixture over the whole temperature grid (`theory.softmax_bou
 paper's depth law were the optimum of L cosine-ranking layers approaching its floor, these
 would fall like 1/L; at these sizes they drop once, at L = 2, and are within 0.1% of the full
 mixture from L = 3 (BUILD_NOTES "Depth law"). Writes results.json and report.md
-(`report.write_cosine_mixture_report`); about 2 minutes on 2 CPU cores.
+(`run_report.write_cosine_mixture_report`); about 2 minutes on 2 CPU cores.
 """
 
 import os
@@ -21,7 +21,8 @@ import jax
 from absl import app, flags
 
 from experiments.configs import tables
-from inverse_depth import report, theory
+from inverse_depth import theory
+from inverse_depth.report import run_report
 from inverse_depth.files import write_json_atomic
 
 SIZES = dict(d=16, P=128, k=2)  # the paper's softmax size (docs/sizes.md)
@@ -52,7 +53,7 @@ def main(argv):
   results = dict(sizes=SIZES, num_samples=_NUM_SAMPLES.value, seed=_SEED.value,
                  wall_time_s=time.time() - start, bounds=bounds)
   write_json_atomic(os.path.join(_WORKDIR.value, "results.json"), results)
-  print(f"Report: {report.write_cosine_mixture_report(_WORKDIR.value)}")
+  print(f"Report: {run_report.write_cosine_mixture_report(_WORKDIR.value)}")
 
 
 if __name__ == "__main__":

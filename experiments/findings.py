@@ -3,13 +3,13 @@
     python -m experiments.findings [--out=FINDINGS.md]
 
 One row per claim of the paper, each verdict counted from inverse_depth.checks
-(`inverse_depth.findings.build`); tests/test_findings.py fails when the committed file and the
+(`inverse_depth.report.findings.build`); tests/test_findings.py fails when the committed file and the
 committed results disagree.
 """
 
 from absl import app, flags
 
-from inverse_depth import findings
+from inverse_depth.report import findings
 
 _OUT = flags.DEFINE_string("out", "FINDINGS.md", "Where to write the findings.")
 

@@ -14,6 +14,7 @@ import sys
 from absl import app, flags
 
 from inverse_depth import joined
+from inverse_depth.report import run_report
 
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "Finished workdirs to join (comma-separated).",
                               required=True)
@@ -24,7 +25,8 @@ _OUT = flags.DEFINE_string("out", None, "New directory for the joined results.js
 def main(argv):
   del argv
   try:
-    print(f"Report: {joined.write_joined(_WORKDIRS.value, _OUT.value)}")
+    joined.write_joined(_WORKDIRS.value, _OUT.value)
+    print(f"Report: {run_report.write_report(_OUT.value)}")
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)

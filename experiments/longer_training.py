@@ -6,14 +6,14 @@
 Pairs the models of two finished runs of one config that differ in the schedule's length
 (same start, data stream and held-out contexts), and writes LONG/longer_training.md and
 LONG/figures/longer_training.png from the two results.json alone
-(`report.write_longer_training_report`). The in-training convergence rule cannot settle this
+(`run_report.write_longer_training_report`). The in-training convergence rule cannot settle this
 at the end of a decay to zero, where the rate and so every change vanish (BUILD_NOTES
 "Convergence"); the paired comparison can.
 """
 
 from absl import app, flags
 
-from inverse_depth import report
+from inverse_depth.report import run_report
 
 _SHORT = flags.DEFINE_string("short", None, "Workdir of the shorter run.", required=True)
 _LONG = flags.DEFINE_string("long", None, "Workdir of the longer run (receives the report).",
@@ -22,7 +22,7 @@ _LONG = flags.DEFINE_string("long", None, "Workdir of the longer run (receives t
 
 def main(argv):
   del argv
-  print(f"Report: {report.write_longer_training_report(_SHORT.value, _LONG.value)}")
+  print(f"Report: {run_report.write_longer_training_report(_SHORT.value, _LONG.value)}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
     python -m experiments.reproduce [--suite=tables|generalized] [--tier=cpu|paper]
                                     [--workdir=DIR] [--only=RUN,...]
 
-Runs every config of the suite (`inverse_depth.reproduction.RUNS` at the tier, or
-`inverse_depth.generalized_report.RUNS`, cpu scale only) into DIR/<run>/ (each an ordinary
+Runs every config of the suite (`inverse_depth.report.combined_report.RUNS` at the tier,
+or `inverse_depth.report.generalized_report.RUNS`, cpu scale only) into DIR/<run>/ (each an ordinary
 experiment workdir: rerunning resumes, finished grids are not retrained), printing a
 progress line with the time left, then writes DIR/report.md (our numbers beside the
 paper's) and DIR/figures/.
@@ -17,8 +17,8 @@ import time
 from absl import app, flags, logging
 
 from experiments.configs import tables
-from inverse_depth import (checkpoint, config as config_lib, experiment, generalized_report,
-                           reproduction)
+from inverse_depth import checkpoint, config as config_lib, experiment
+from inverse_depth.report import combined_report, generalized_report, run_report
 
 SUITES = ("tables", "generalized")
 _SUITE = flags.DEFINE_enum("suite", "tables", list(SUITES), "Which set of runs.")
@@ -52,8 +52,8 @@ def _suite_runs() -> tuple[list[tuple[str, str, str | None]], str, object]:
       sys.exit(2)
     return (list(generalized_report.RUNS), "runs/generalized",
             generalized_report.write_generalized_report)
-  return ([(name, path, _TIER.value) for name, path in reproduction.RUNS], "runs/reproduce",
-          reproduction.write_combined_report)
+  return ([(name, path, _TIER.value) for name, path in combined_report.RUNS], "runs/reproduce",
+          combined_report.write_combined_report)
 
 
 def main(argv):
@@ -86,6 +86,7 @@ def main(argv):
     run_start = time.time()
     try:
       experiment.run(config, f"{root}/{name}")
+      run_report.write_report(f"{root}/{name}")
     except (experiment.WorkdirConflict, experiment.Interrupted,
             checkpoint.CheckpointMismatch) as error:
       print(f"{name}: {error}", file=sys.stderr)

@@ -16,6 +16,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from inverse_depth import checkpoint, config as config_lib, experiment
+from inverse_depth.report import run_report
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/quick.py",
                                           "Experiment config file (optionally FILE:SCALE).")
@@ -43,6 +44,7 @@ def main(argv):
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(_XLA_CACHE.value))
   try:
     experiment.run(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
+    run_report.write_report(_WORKDIR.value)
   except (config_lib.ConfigError, experiment.WorkdirConflict,
           checkpoint.CheckpointMismatch) as error:
     print(f"error: {error}", file=sys.stderr)

@@ -11,7 +11,7 @@ beside the fitted values (`inverse_depth.sgd_noise`).
 
 from absl import app, flags
 
-from inverse_depth import sgd_noise
+from inverse_depth.report import noise_report
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished constant-rate run.", required=True)
 _CONTEXTS = flags.DEFINE_integer("contexts", 4096, "Contexts the noise is measured on.")
@@ -19,7 +19,7 @@ _CONTEXTS = flags.DEFINE_integer("contexts", 4096, "Contexts the noise is measur
 
 def main(argv):
   del argv
-  print(f"Report: {sgd_noise.write_report(_WORKDIR.value, _CONTEXTS.value)}")
+  print(f"Report: {noise_report.write_report(_WORKDIR.value, _CONTEXTS.value)}")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,12 @@
 
 Writes OUT/sweep.md (L0, c, alpha, R^2 and A_L - C_L at the deepest stationary depth against
 eta_eff / B, with c predicted from gradient noise beside the fitted c) and
-OUT/figures/sweep.png (R_L - L0 against L, one curve per setting): `sgd_noise.write_sweep_report`.
+OUT/figures/sweep.png (R_L - L0 against L, one curve per setting): `noise_report.write_sweep_report`.
 """
 
 from absl import app, flags
 
-from inverse_depth import sgd_noise
+from inverse_depth.report import noise_report
 
 _OUT = flags.DEFINE_string("out", None, "Directory for sweep.md and figures/.", required=True)
 _WORKDIRS = flags.DEFINE_list("workdirs", None, "Finished constant-rate runs.", required=True)
@@ -19,7 +19,7 @@ _WORKDIRS = flags.DEFINE_list("workdirs", None, "Finished constant-rate runs.", 
 
 def main(argv):
   del argv
-  print(f"Report: {sgd_noise.write_sweep_report(_OUT.value, _WORKDIRS.value)}")
+  print(f"Report: {noise_report.write_sweep_report(_OUT.value, _WORKDIRS.value)}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from inverse_depth import analysis, config as config_lib, report, theory
+from inverse_depth import analysis, config as config_lib, theory
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.config import GridSpec
 from inverse_depth.evaluation import GridEvaluator
@@ -273,7 +273,8 @@ def _validation_text(spec: GridSpec, val_loss_SM) -> str:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = False) -> dict:
-  """Runs (or resumes) the experiment in `workdir` and writes results and report.
+  """Runs (or resumes) the experiment in `workdir` and writes its results.json (the report
+  layer writes report.md from it: inverse_depth.report.run_report).
 
   With `start_over`, an existing workdir is first moved aside (`workdir.move_aside`).
   Raises config.ConfigError or WorkdirConflict before anything is written,
@@ -322,5 +323,4 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
                  wall_time_s=float(sum(grid_times)),  # training + evaluation, all grids
                  backend=jax.default_backend(), num_devices=jax.device_count())
   write_json_atomic(os.path.join(workdir, RESULTS_FILE), results)
-  report.write_report(workdir)
   return results

@@ -6,7 +6,7 @@ independent and a model's start, data stream and held-out contexts depend only o
 config, its seed and its depth, so runs whose configs differ only in JOINABLE_FIELDS hold
 the same models that one run of the union would have trained. `join_results` joins their
 records and refits each grid (`analysis.fit_grid`); `write_joined` writes the joined
-results.json and, through `report.write_report`, its report and figures.
+results.json (experiments.join_runs then writes its report and figures: report.run_report).
 
 What a join cannot recover: the paired standard error of a step between depths trained in
 different runs (the per-context losses are not stored), so only the paired differences
@@ -16,7 +16,7 @@ within one source are kept.
 import json
 import os
 
-from inverse_depth import analysis, report
+from inverse_depth import analysis, records
 from inverse_depth.files import write_json_atomic
 
 # Config fields in which joined runs may differ: which models each trained, not how.
@@ -39,7 +39,7 @@ def _check_joinable(results_by_source: dict[str, dict]) -> list[str]:
   (first_name, first), *others = results_by_source.items()
   unrecorded = set()
   for name, results in others:
-    differing, only_one = report.config_differences(first["config"], results["config"])
+    differing, only_one = records.config_differences(first["config"], results["config"])
     unrecorded.update(only_one)
     other = [text for field, text in differing.items() if field not in JOINABLE_FIELDS]
     if other:
@@ -98,7 +98,7 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
 
 def write_joined(workdirs: list[str], out_dir: str) -> str:
   """out_dir/results.json joined from the workdirs' results.json (`join_results`), then
-  out_dir/report.md and figures/ from it; returns the report's path. Refuses, before
+  returns its path (the report layer writes report.md from it). Refuses, before
   writing anything, an out_dir that is one of the sources, or that exists and is neither an
   empty directory nor an earlier join (rewritten in place)."""
   if os.path.abspath(out_dir) in {os.path.abspath(w) for w in workdirs}:
@@ -122,4 +122,4 @@ def write_joined(workdirs: list[str], out_dir: str) -> str:
                      "join; give a new directory")
   os.makedirs(out_dir, exist_ok=True)
   write_json_atomic(out_results, joined)
-  return report.write_report(out_dir)
+  return out_results

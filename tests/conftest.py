@@ -6,6 +6,7 @@ import jax
 import pytest
 
 from inverse_depth import experiment
+from inverse_depth.report import run_report
 from tests import tiny
 
 
@@ -37,6 +38,7 @@ def tiny_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("experiment"))
   config = tiny.tiny_config()
   results = experiment.run(config, workdir)
+  run_report.write_report(workdir)
   with open(os.path.join(workdir, "report.md")) as f:
     first_report = f.read()
   return dict(config=config, workdir=workdir, results=results, first_report=first_report)

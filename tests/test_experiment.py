@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, config as config_lib, evaluation, experiment, models, report
+from inverse_depth import analysis, config as config_lib, evaluation, experiment, models
+from inverse_depth.report import run_report
 from tests import REPO, tiny
 
 RUN_KEYS = {"model", "task", "k", "a", "b", "depth", "seed", "eval_loss", "A", "C", "diverged",
@@ -139,7 +140,7 @@ def test_report_sets_trained_losses_beside_the_cosine_layer_optima(experiment_ru
     optima = fit["bound"]["average_by_layers"]
     assert optima[0]["loss"] == pytest.approx(fit["bound"]["single"])
     trained = dict(zip(fit["depths"], fit["losses"]))
-    mine = [row for row in rows if row[0] == f"| {report.grid_label(fit)}"]
+    mine = [row for row in rows if row[0] == f"| {run_report.grid_label(fit)}"]
     assert [int(row[1]) for row in mine] == list(range(1, len(optima) + 1))
     for row, entry in zip(mine, optima):
       assert float(row[2]) == pytest.approx(entry["loss"], rel=1e-3)
@@ -172,7 +173,7 @@ def test_rerun_resumes_without_retraining_and_report_regenerates(experiment_run,
     report_text = f.read()
   os.remove(os.path.join(workdir, "report.md"))
   shutil.rmtree(os.path.join(workdir, "figures"))
-  path = report.write_report(workdir)
+  path = run_report.write_report(workdir)
   assert path == os.path.join(workdir, "report.md")
   with open(path) as f:
     assert f.read() == report_text
@@ -184,7 +185,7 @@ def test_report_needs_no_training_artefacts(experiment_run, tmp_path):
   """A directory holding only results.json yields the same report."""
   for name in ("results.json",):
     shutil.copy(os.path.join(experiment_run["workdir"], name), tmp_path / name)
-  report.write_report(str(tmp_path))
+  run_report.write_report(str(tmp_path))
   with open(os.path.join(experiment_run["workdir"], "report.md")) as f:
     want = f.read()
   assert (tmp_path / "report.md").read_text() == want
@@ -220,7 +221,7 @@ def test_report_from_synthetic_results(tmp_path, depths):
   results = dict(runs=runs, fits=fits, config=config.to_dict(), wall_time_s=1.0, backend="cpu",
                  num_devices=1)
   (tmp_path / "results.json").write_text(json.dumps(results))
-  report.write_report(str(tmp_path))
+  run_report.write_report(str(tmp_path))
   text = (tmp_path / "report.md").read_text()
   for depth in depths:
     assert sum(line.startswith(f"| {depth} | ") for line in text.splitlines()) == 2
@@ -305,8 +306,9 @@ def test_a_stuck_model_is_flagged_by_name_and_kept_out_of_the_fit(tmp_path):
   results = dict(runs=runs, fits=[fit], config=config.to_dict(), wall_time_s=1.0,
                  backend="cpu", num_devices=1)
   (tmp_path / "results.json").write_text(json.dumps(results))
-  text = open(report.write_report(str(tmp_path))).read()
-  assert "The run is NOT clean" in text and "softmax L=4 seed 1" in text
+  text = open(run_report.write_report(str(tmp_path))).read()
+  assert "MISS (clean run): 1 of 12 models diverged or flagged" in text
+  assert "softmax L=4 seed 1" in text
 
 
 def test_linear_models_are_judged_against_the_floor_of_their_own_depth():
@@ -371,7 +373,7 @@ def test_an_ensemble_with_an_outlier_member_is_flagged_by_name():
   assert {(r["depth"], r["seed"]) for r in runs if r["flagged"]} == {(4, 1), (8, 1)}
   assert all("one-layer member 3 is an outlier (6.6 > 2.4)" in r["flag_reason"]
              for r in runs if r["flagged"])
-  passed, sentence = report.checks(dict(runs=runs, fits=[]))[1]
+  passed, sentence = run_report.checks(dict(runs=runs, fits=[]))[1]
   assert not passed and "softmax-ensemble L=8 seed 1" in sentence
 
 
@@ -410,7 +412,7 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
       assert (member["member"] in listed) == (member["member"] < L)
       assert ensemble[(L, seed)]["flagged"] == bool(listed)
   assert checked
-  assert "softmax-ensemble" in open(tmp_path / "report.md").read()
+  assert "softmax-ensemble" in open(run_report.write_report(str(tmp_path))).read()
   with open(tmp_path / "metrics.jsonl") as f:
     widths = {(r["model"], len(r["val_loss"][0])) for r in map(json.loads, f)}
   assert widths == {("softmax", len(config.depths)), ("softmax-ensemble", max(config.depths))}

@@ -2,7 +2,8 @@
 
 import os
 
-from inverse_depth import checks, findings
+from inverse_depth import checks
+from inverse_depth.report import findings
 from tests import REPO
 
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, diagnostics, experiment, generalized_report, reproduction, tasks
+from inverse_depth import analysis, diagnostics, experiment, records, tasks
+from inverse_depth.report import generalized_report
 from inverse_depth import config as config_lib
 from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
 from inverse_depth.models import (CONTEXT_ATTENTION, LAYER_PREDICTIONS, TEST_ATTENTION,
@@ -443,7 +444,7 @@ def generalized_root(tmp_path_factory):
 def test_generalized_configs_run_end_to_end(generalized_root):
   """The configs of issue 10 validate and run at toy sizes: every variant gets a fit, the
   context-updates records carry the learned m and the S_1 fit, all their parameter count."""
-  found = reproduction.load_results(generalized_root,
+  found = records.load_results(generalized_root,
                                     [name for name, _, _ in generalized_report.RUNS])
   assert list(found) == [name for name, _, _ in generalized_report.RUNS]
   for results in found.values():

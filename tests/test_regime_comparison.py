@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from inverse_depth import regime_comparison
+from inverse_depth.report import regime_report
 from tests import REPO
 
 RUNS = dict(annealed=os.path.join(REPO, "results", "depth_law"),
@@ -13,12 +13,12 @@ RUNS = dict(annealed=os.path.join(REPO, "results", "depth_law"),
 
 
 def test_rows_are_the_fits_seed_means_and_the_report_lists_every_regime(tmp_path):
-  path = regime_comparison.write_comparison(str(tmp_path), RUNS)
+  path = regime_report.write_comparison(str(tmp_path), RUNS)
   text = open(path).read()
   for name, workdir in RUNS.items():
     with open(os.path.join(workdir, "results.json")) as f:
       results = json.load(f)
-    rows = regime_comparison.regime_rows(results)
+    rows = regime_report.regime_rows(results)
     fit = results["fits"][0]
     assert list(rows["eval_loss"]) == fit["depths"]
     assert list(rows["eval_loss"].values()) == pytest.approx(fit["losses"], rel=1e-12)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import tables
-from inverse_depth import analysis, config as config_lib, experiment, report, reproduction
+from inverse_depth import analysis, config as config_lib, experiment, records
+from inverse_depth.report import combined_report, run_report
 from inverse_depth.config import ConfigError
 from tests import REPO, tiny
 
@@ -53,14 +54,15 @@ def test_model_override_of_a_table_field_is_refused():
 @pytest.fixture(scope="module")
 def reproduction_root(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("reproduce"))
-  for name, _ in reproduction.RUNS:
+  for name, _ in combined_report.RUNS:
     experiment.run(tiny.shrunk(_config(name)), os.path.join(root, name))
+    run_report.write_report(os.path.join(root, name))
   return root
 
 
 def test_every_run_records_every_spectrum(reproduction_root):
-  results = reproduction.load_results(reproduction_root)
-  assert set(results) == {name for name, _ in reproduction.RUNS}
+  results = records.load_results(reproduction_root)
+  assert set(results) == {name for name, _ in combined_report.RUNS}
   for name, found in results.items():
     config = _config(name)
     for model in config_lib.model_names(config):
@@ -81,7 +83,7 @@ def test_every_run_records_every_spectrum(reproduction_root):
 
 
 def test_combined_report(reproduction_root):
-  path = reproduction.write_combined_report(  # the table4 run stands in for a longer one,
+  path = combined_report.write_combined_report(  # the table4 run stands in for a longer one,
       reproduction_root, table4_longer=[os.path.join(reproduction_root, "table4"), "absent"],
       sgd_tables=reproduction_root)  # and the tables runs for the SGD regime's
   with open(path) as f:
@@ -121,12 +123,12 @@ def test_table4_section_prints_the_depth_range_the_bounds_and_the_run_regime():
              depths=[1.0, 2.0, 4.0], losses=[0.50, 0.49, 0.48],
              bound=dict(single=0.505, mixture=0.495))
   config = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3, max_steps=24000)
-  lines = reproduction.table4_section([dict(fits=[fit], config=config), None])
+  lines = combined_report.table4_section([dict(fits=[fit], config=config), None])
   row = next(line for line in lines if line.startswith("| 2 | (0.25, 0.5) |"))
   assert "| flat |" in row and "| 0.93 |" in row
   assert "0.5 -> 0.48 (L=4, -4.0%) | 0.505 | 0.495 |" in row
   assert "random query/key start (scale 0.3) at learning rate 0.001 for 24000 steps" in lines[-1]
-  assert reproduction.table4_section([None, None])[-1].startswith("| - | - | not run")
+  assert combined_report.table4_section([None, None])[-1].startswith("| - | - | not run")
 
 
 def test_table4_longer_section_sets_each_exponent_beside_the_papers():
@@ -140,7 +142,7 @@ def test_table4_longer_section_sets_each_exponent_beside_the_papers():
               b=0.25)
   config = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3, max_steps=48000,
                 optimizer="adam", warmup_steps=200, schedule="cosine")
-  lines = reproduction.table4_longer_section([("results/long_run/", dict(fits=[fit, flat],
+  lines = combined_report.table4_longer_section([("results/long_run/", dict(fits=[fit, flat],
                                                                       config=config))])
   row = next(line for line in lines if line.startswith("| long_run | 2 | (0.25, 0.25) |"))
   assert fit["resolved"] and abs(fit["alpha"] - 1.0) < 0.1
@@ -149,7 +151,7 @@ def test_table4_longer_section_sets_each_exponent_beside_the_papers():
   assert "L>=2: " in row and "L>=4: " in row and "L>=8" not in row
   assert "| long_run | 16 | (0, 0.25) | 48000 | 1..32 | not resolved | 0.79 | - |" in lines[-3]
   assert "Over all depths 1 of 2 curves resolve an exponent" in lines[-1]
-  assert reproduction.table4_longer_section([]) == []
+  assert combined_report.table4_longer_section([]) == []
 
 
 def test_table5_reading_follows_the_gap_fits_it_sits_under():
@@ -160,25 +162,25 @@ def test_table5_reading_follows_the_gap_fits_it_sits_under():
   rising = dict(shared_error=[nan, 1.0, 1.2], disagreement=[nan, 0.5, 0.4], resolved=False)
   settled = dict(shared_error=[nan, 1.0, 0.9], disagreement=[nan, 0.5, 0.6], resolved=False)
   slow = [dict(alpha=0.40, alpha_se=0.04), dict(alpha=0.45, alpha_se=0.05)]
-  text = reproduction.table5_reading([rising, settled], slow)
+  text = combined_report.table5_reading([rising, settled], slow)
   assert text.startswith("Why ours differ: the gap exponents here are 0.40-0.45")
   assert "closes more slowly than 1/L in 2 of 2 fits" in text
   assert "C_L still rises in 1 of 2 spectra and the disagreement A_L - C_L in 1 of 2" in text
   assert "measured from the best single cosine layer" in text  # neither fit resolved L0
   resolved = [dict(rising, resolved=True)]
-  assert "best single cosine layer" not in reproduction.table5_reading(resolved, slow)
+  assert "best single cosine layer" not in combined_report.table5_reading(resolved, slow)
   near = [dict(alpha=0.90, alpha_se=0.05), dict(alpha=1.05, alpha_se=0.04)]
-  assert "agree with the paper's" in reproduction.table5_reading([rising], near)
-  assert "faster than 1/L in 1 of 1" in reproduction.table5_reading(
+  assert "agree with the paper's" in combined_report.table5_reading([rising], near)
+  assert "faster than 1/L in 1 of 1" in combined_report.table5_reading(
       [rising], [dict(alpha=1.5, alpha_se=0.1)])
-  assert reproduction.table5_reading([rising], []).startswith("No gap fit resolves")
-  assert reproduction.table5_section(None)[-1].startswith("Not run")  # no reading of nothing
+  assert combined_report.table5_reading([rising], []).startswith("No gap fit resolves")
+  assert combined_report.table5_section(None)[-1].startswith("Not run")  # no reading of nothing
   lost = dict(alpha=0.96, alpha_se=float("inf"))  # L0's error leaves fewer than two gaps
-  mixed = reproduction.table5_reading([rising], slow + [lost])
+  mixed = combined_report.table5_reading([rising], slow + [lost])
   assert "in 2 of 3 fits" in mixed and "In 1 of 3 fits the exponent is not determined" in mixed
-  alone = reproduction.table5_reading([rising], [lost])
+  alone = combined_report.table5_reading([rising], [lost])
   assert alone.startswith("No gap exponent comes with an error") and "one standard" in alone
-  two_gaps = reproduction.table5_reading([rising], slow + [dict(alpha=1.0, alpha_se=np.nan)])
+  two_gaps = combined_report.table5_reading([rising], slow + [dict(alpha=1.0, alpha_se=np.nan)])
   assert "1 of 3 fits have no error estimate" in two_gaps and "L0 leaves" not in two_gaps
 
 
@@ -215,16 +217,16 @@ def test_reproduce_entrypoint_runs_the_chosen_runs_and_writes_the_report(tmp_pat
   cells = [[cell.strip() for cell in row.split("|")] for row in table3_rows]
   assert cells and all(row[7] != "-" for row in cells)  # the floor at this P
   assert all(float(row[4].split(" +- ")[0]) > 0 for row in cells)  # averaged over beta
-  assert sorted(reproduction.load_results(str(tmp_path))) == ["easy", "table3"]
+  assert sorted(records.load_results(str(tmp_path))) == ["easy", "table3"]
 
 
 def test_column_labels_follow_the_grid_layout():
   """metrics.jsonl columns are a grid's depths (its own when model_overrides sets them) or,
   for an ensemble control, its max(depths) one-layer members."""
   config = dict(depths=[1, 2, 4], model_overrides=dict(linear=dict(depths=[1, 2])))
-  assert reproduction.column_labels(config, "softmax") == ["L=1", "L=2", "L=4"]
-  assert reproduction.column_labels(config, "linear") == ["L=1", "L=2"]
-  assert reproduction.column_labels(config, "softmax-ensemble") == [
+  assert combined_report.column_labels(config, "softmax") == ["L=1", "L=2", "L=4"]
+  assert combined_report.column_labels(config, "linear") == ["L=1", "L=2"]
+  assert combined_report.column_labels(config, "softmax-ensemble") == [
       "member 1", "member 2", "member 3", "member 4"]
 
 
@@ -257,7 +259,7 @@ def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(
   for entry in results["bounds"][0]["mixture_by_layers"]:
     entry.update(excess=0.5, excess_se=0.01)
   (tmp_path / "results.json").write_text(json.dumps(results))
-  verdict = open(report.write_cosine_mixture_report(str(tmp_path))).read()
+  verdict = open(run_report.write_cosine_mixture_report(str(tmp_path))).read()
   assert verdict.count("For 1 of 7 spectra it is still above the full mixture at L = 3") == 1
 
 
@@ -305,7 +307,7 @@ def test_longer_training_pairs_a_run_of_one_spectrum_with_a_grid_of_several(tmp_
   results["config"]["max_steps"] = 24000
   (tmp_path / "long").mkdir()
   (tmp_path / "long" / "results.json").write_text(json.dumps(results))
-  path = report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
+  path = run_report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
   with open(path) as f:
     text = f.read()
   assert f"{len(clean) - len(kept)} clean models of the short run and 0 of the long" in text
@@ -322,7 +324,7 @@ def test_longer_training_refuses_runs_that_differ_in_more_than_the_schedule(tmp_
     results["config"]["learning_rate"] = rate
     (tmp_path / name / "results.json").write_text(json.dumps(results))
   with pytest.raises(ValueError, match="learning_rate: 0.001 -> 0.003"):
-    report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
+    run_report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
   assert not (tmp_path / "long" / "longer_training.md").exists()
 
 
@@ -332,7 +334,7 @@ def test_regime_section_reads_each_regimes_fit_and_its_last_doubling():
   fit = annealed["fits"][0]
   level = dict(fit, shared_error=[float("nan"), 1.8, 2.0, 2.0], disagreement=[float("nan"), 1.0,
                                                                                1.2, 1.26])
-  lines = reproduction.regime_section([("annealed", "results/depth_law", annealed),
+  lines = combined_report.regime_section([("annealed", "results/depth_law", annealed),
                                        ("level", "x", dict(annealed, fits=[level]))])
   annealed_row = next(line for line in lines if line.startswith("| annealed |"))
   assert f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}" in annealed_row
@@ -340,4 +342,4 @@ def test_regime_section_reads_each_regimes_fit_and_its_last_doubling():
   assert annealed_row.endswith(f"| {change:+.1%} |")
   assert next(line for line in lines if line.startswith("| level |")).endswith(
       "| +0.0% | +5.0% |")
-  assert reproduction.regime_section([]) == []
+  assert combined_report.regime_section([]) == []

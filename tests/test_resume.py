@@ -23,6 +23,7 @@ import pytest
 from inverse_depth import config as config_lib, experiment, workdir as workdir_lib
 from inverse_depth.checkpoint import CheckpointMismatch, GridCheckpoints, state_checksum
 from inverse_depth.grid import InitScales
+from inverse_depth.report import run_report
 from inverse_depth.train import GridTrainer
 from tests import REPO, tiny
 
@@ -190,7 +191,7 @@ def test_a_diverging_member_is_marked_and_leaves_the_others_unchanged(tiny_run, 
   # The fitted curve at that depth is the mean of the surviving seed only.
   survivor = reference[(depth, 1)]["eval_loss"]
   np.testing.assert_allclose(fit["losses"][fit["depths"].index(depth)], survivor, rtol=1e-6)
-  with open(os.path.join(workdir, "report.md")) as f:
+  with open(run_report.write_report(workdir)) as f:
     text = f.read()
   assert f"depth {depth} seed {seed} at step {fit['excluded_diverged'][0]['step']}" in text
   assert "Excluded from the fit" in text

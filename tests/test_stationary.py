@@ -10,6 +10,7 @@ import pytest
 from inverse_depth import analysis, config as config_lib, experiment
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.config import ConfigError
+from inverse_depth.report import noise_report, run_report
 from tests import tiny
 
 WINDOW = 4  # evaluations averaged: steps 20, 25, 30, 35 (eval_every 5, max_steps 35)
@@ -168,7 +169,7 @@ def test_the_noise_prediction_reads_the_window_of_a_finished_run(window_run):
   assert found["layer"].shape == found["model"].shape == (1, WINDOW, 2)  # one rate, 2 seeds
   assert np.all(found["layer"] > 0) and np.all(found["model"] > 0)
   assert len(set(found["layer"][0, :, 0])) == WINDOW  # each step its own state
-  path = sgd_noise.write_report(workdir, num_contexts=64)
+  path = noise_report.write_report(workdir, num_contexts=64)
   with open(os.path.join(workdir, sgd_noise.NOISE_FILE)) as f:
     written, = json.load(f)["rates"]
   config = window_config()
@@ -200,7 +201,7 @@ def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
     assert in_sweep["eval_loss"] == pytest.approx(by_itself["eval_loss"], rel=1e-4)
   slow = [r for r in swept["runs"] if r["learning_rate"] == 0.005]
   assert all(s["eval_loss"] != f["eval_loss"] for s, f in zip(slow, fast))
-  with open(os.path.join(tmp_path, "sweep", "report.md")) as f:
+  with open(run_report.write_report(os.path.join(tmp_path, "sweep"))) as f:
     assert "(a,b)=(0,0), lr 0.005" in f.read()
   # the noise prediction and the sweep table take each rate's own one-layer models and fit
   from inverse_depth import sgd_noise
@@ -210,10 +211,10 @@ def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
       next(f["c"] for f in swept["fits"] if f["learning_rate"] == e["learning_rate"])
       for e in predicted]
   assert predicted[0]["trace_layer"] != predicted[1]["trace_layer"]
-  rows = sgd_noise.sweep_rows([str(tmp_path / "sweep"), str(tmp_path / "alone")])
+  rows = noise_report.sweep_rows([str(tmp_path / "sweep"), str(tmp_path / "alone")])
   assert [(r["batch_size"], r["learning_rate"]) for r in rows] == [(32, 0.005), (32, 0.02),
                                                                    (32, 0.02)]
   assert np.isnan(rows[2]["predicted_c"]) != np.isnan(rows[1]["predicted_c"])  # alone: none
-  sgd_noise.write_sweep_report(str(tmp_path / "table"), [str(tmp_path / "sweep")])
+  noise_report.write_sweep_report(str(tmp_path / "table"), [str(tmp_path / "sweep")])
   assert "| 32 | 0.005 |" in open(tmp_path / "table" / "sweep.md").read()
 

@@ -1,33 +1,24 @@
 """Figures and report.md regenerated from results.json alone.
 
-The pass/miss lines come from `report.checks`, built on inverse_depth.checks, where every
+The pass/miss lines come from `run_report.checks`, built on inverse_depth.checks, where every
 tolerance is named; each line states its tolerance.
 """
 
 import json
 import os
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from inverse_depth import analysis, paper  # noqa: E402
-from inverse_depth import checks as checks_lib  # noqa: E402
-from inverse_depth.files import atomic_path, write_text_atomic  # noqa: E402
+from inverse_depth import analysis, paper, records
+from inverse_depth import checks as checks_lib
+from inverse_depth.files import atomic_path, write_text_atomic
+from inverse_depth.report import plt
 
 
 def grid_label(fit: dict) -> str:
   task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
   rate = f", lr {fit['learning_rate']:g}" if fit.get("learning_rate") is not None else ""
   return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g}){rate}"
-
-
-def runs_of(results: dict, fit: dict) -> list[dict]:
-  """The run records of one fit's grid (same model, task, k and spectrum)."""
-  return [r for r in results["runs"]
-          if all(r.get(f) == fit.get(f) for f in analysis.GRID_FIELDS)]
 
 
 def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +35,7 @@ def plot_depth_scaling(results: dict, path: str) -> None:
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for i, fit in enumerate(results["fits"]):
     color = f"C{i}"
-    runs = runs_of(results, fit)
+    runs = records.runs_of(results, fit)
     for r in runs:  # every seed; flagged models as crosses (they are not in the means)
       if not r["diverged"]:
         ax.plot(r["depth"], r["eval_loss"], "x" if r.get("flagged") else ".", color=color,
@@ -94,7 +85,7 @@ def plot_decomposition(results: dict, path: str) -> None:
   fits = results["fits"]
   fig, axes = plt.subplots(1, len(fits), figsize=(4.5 * len(fits), 3.8), squeeze=False)
   for ax, fit in zip(axes[0], fits):
-    runs = runs_of(results, fit)
+    runs = records.runs_of(results, fit)
     depths, R = by_depth(runs, "eval_loss")
     _, C = by_depth(runs, "C")
     _, D = by_depth(runs, "disagreement")
@@ -157,7 +148,7 @@ def checks(results: dict) -> list[checks_lib.Check]:
       if fit is not None:
         found += _softmax_checks(fit)
     if lin is not None:
-      found += _linear_checks(lin, runs_of(results, lin))
+      found += _linear_checks(lin, records.runs_of(results, lin))
     if soft is not None and lin is not None and soft["losses"] and lin["losses"]:
       ratio = soft["losses"][-1] / lin["losses"][-1]
       found.append(checks_lib.Check(
@@ -233,7 +224,7 @@ def _table(results: dict, fit: dict) -> list[str]:
   """Per depth: means over clean seeds of R (with its seed spread and its change from the
   previous depth), A, C, A - C and (A - C) / L, the two terms of R = C + (A - C) / L; and,
   where the records have it, R averaged exactly over beta with its standard error."""
-  runs = runs_of(results, fit)
+  runs = records.runs_of(results, fit)
   averaged = any("beta_averaged_loss" in r for r in runs)
   rows = ["| depth | R_L (mean +- seed se) | change from the previous depth | "
           + ("R_L averaged over beta (+- se) | " if averaged else "")
@@ -271,7 +262,7 @@ def _table(results: dict, fit: dict) -> list[str]:
 def _geometry_table(results: dict, fit: dict) -> list[str]:
   """Per depth, means over clean seeds of each layer's scoring geometry
   (diagnostics.scoring_geometry), where the run records have it."""
-  runs = [r for r in analysis.clean_runs(runs_of(results, fit)) if "layer_temperature" in r]
+  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit)) if "layer_temperature" in r]
   if not runs:
     return []
   rows = ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
@@ -327,7 +318,7 @@ def _ensemble_comparison(results: dict) -> list[str]:
               "cannot.", "",
               "| depth | joint R_L | ensemble R_L | joint - ensemble | joint A_L - C_L | "
               "ensemble A_L - C_L |", "|---|---|---|---|---|---|"]
-    columns = [dict(zip(*by_depth(runs_of(results, fit), field)))
+    columns = [dict(zip(*by_depth(records.runs_of(results, fit), field)))
                for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
     for depth in sorted(set(columns[0]) | set(columns[2])):
       joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
@@ -442,15 +433,9 @@ def _stationarity_section(results: dict) -> list[str]:
   return lines
 
 
-def kind_config(config: dict, kind: str) -> dict:
-  """A saved config.json as the grids of model kind `kind` ran it: its `model_overrides`
-  applied (config.resolve, on the plain dict a results.json holds)."""
-  return dict(config, **config.get("model_overrides", {}).get(kind, {}))
-
-
 def _training_header(config: dict, kind: str) -> str:
   """Sizes and training of one model kind, with its `model_overrides` applied."""
-  own = kind_config(config, kind)
+  own = records.kind_config(config, kind)
   sizes = config["sizes"][kind]
   return (f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
           f"{list(own['depths'])}, {own['num_seeds']} seeds, {own['max_steps']} steps at batch "
@@ -639,24 +624,6 @@ def write_cosine_mixture_report(workdir: str) -> str:
   return path
 
 
-# Config fields two runs may set differently and still be compared model by model: the
-# schedule's length and which models each trained (a model's data and start depend on its
-# spectrum, seed and depth only: a grid of other spectra leaves it unchanged, as
-# results/table4_top16_depth_law_regime_12k/README.md measured); anything else changes what
-# a model is.
-SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "spectra",
-                              "checkpoint_every", "ensemble_control")
-
-
-def config_differences(first: dict, second: dict) -> tuple[dict, list[str]]:
-  """({field: `field: first -> second`} for every field both configs set differently, the
-  fields only one of them records: added to the config between the two runs)."""
-  differing = {field: f"{field}: {first[field]} -> {second[field]}"
-               for field in sorted(first.keys() & second.keys())
-               if first[field] != second[field]}
-  return differing, sorted(first.keys() ^ second.keys())
-
-
 def _steps_text(steps: list[int]) -> str:
   return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}..{max(steps)}"
 
@@ -666,7 +633,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
   results.json alone: per grid and depth, the change in R_L when the same models train for
   the longer schedule (`analysis.longer_training_changes`), a sign test over the grid, and
   both curves' fits over the paired models; returns the report's path. Raises ValueError
-  when the configs differ in more than SCHEDULE_COMPARISON_FIELDS or share no clean model.
+  when the configs differ in more than records.SCHEDULE_COMPARISON_FIELDS or share no clean model.
   A field only one config records (added to the code between the two runs) is listed in the
   report, not checked: the older run ran with that field's default."""
   loaded = []
@@ -674,11 +641,11 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
     with open(os.path.join(workdir, "results.json")) as f:
       loaded.append(json.load(f))
   short, long = loaded
-  differing, unrecorded = config_differences(short["config"], long["config"])
-  other = [text for field, text in differing.items() if field not in SCHEDULE_COMPARISON_FIELDS]
+  differing, unrecorded = records.config_differences(short["config"], long["config"])
+  other = [text for field, text in differing.items() if field not in records.SCHEDULE_COMPARISON_FIELDS]
   if other:
     raise ValueError(f"{short_dir} and {long_dir} differ in more than the schedule's length "
-                     f"(allowed: {', '.join(SCHEDULE_COMPARISON_FIELDS)}): {'; '.join(other)}")
+                     f"(allowed: {', '.join(records.SCHEDULE_COMPARISON_FIELDS)}): {'; '.join(other)}")
   changes = analysis.longer_training_changes(short["runs"], long["runs"])
   if not changes:
     raise ValueError(f"{short_dir} and {long_dir} share no clean model (paired by "

@@ -11,7 +11,8 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, report
+from inverse_depth import analysis, records
+from inverse_depth.report import plt, run_report
 from inverse_depth.files import write_text_atomic
 
 def _temperature_spread(run: dict) -> float:
@@ -41,7 +42,7 @@ def _mean(values: list[float]) -> float:
 
 def regime_rows(results: dict) -> dict[str, dict[int, float]]:
   """Per panel field: {depth: seed mean over the clean models of the first fit's grid}."""
-  runs = analysis.clean_runs(report.runs_of(results, results["fits"][0]))
+  runs = analysis.clean_runs(records.runs_of(results, results["fits"][0]))
   depths = sorted({r["depth"] for r in runs})
   return {field: {L: _mean([read(r) for r in runs if r["depth"] == L]) for L in depths}
           for field, read, _ in PANELS}
@@ -58,7 +59,6 @@ def _regime_text(config: dict) -> str:
 def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   """figures/regimes.png and regimes.md in `out_dir` from {regime name: workdir}; returns
   the markdown's path. Each workdir's first fit is its grid (one problem per run)."""
-  import matplotlib.pyplot as plt  # noqa: PLC0415 -- report.py sets the Agg backend first
   results = {}
   for name, workdir in workdirs.items():
     with open(os.path.join(workdir, "results.json")) as f:
@@ -77,7 +77,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   axes[0, 0].set_yscale("log")
   axes[0, 0].legend(fontsize=7)
   os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
-  report.save_figure(fig, os.path.join(out_dir, "figures", "regimes.png"))
+  run_report.save_figure(fig, os.path.join(out_dir, "figures", "regimes.png"))
   lines = ["# Training regimes side by side", "",
            "Seed means over each run's clean models (flagged and diverged ones left out).", "",
            "| regime | run | how it trains | fit L0 | alpha | R^2 |", "|---|---|---|---|---|---|"]

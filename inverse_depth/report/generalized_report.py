@@ -11,9 +11,9 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, evaluation, report, reproduction
+from inverse_depth import analysis, evaluation, records
 from inverse_depth.files import write_text_atomic
-from inverse_depth.report import plt
+from inverse_depth.report import combined_report, plt, run_report
 
 # (workdir name, config file, get_config argument) in the order they run.
 RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
@@ -121,7 +121,7 @@ def depth_table(results: dict) -> list[str]:
            "m (seeds) | m g_2/g_1 (seeds) | rho of S_1 (R^2) |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   for fit in results["fits"]:
-    runs = [r for r in report.runs_of(results, fit) if not r["diverged"]]
+    runs = [r for r in records.runs_of(results, fit) if not r["diverged"]]
     loss, shared, gap = (_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
     for depth in sorted(loss):
       at = [r for r in runs if r["depth"] == depth]
@@ -156,7 +156,7 @@ def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
   """How a grid was trained, and how much its validation loss still fell over the last
   evaluation interval (`last_interval_change`; a model still falling there is
   under-trained)."""
-  own = report.kind_config(results["config"], fit["model"])
+  own = records.kind_config(results["config"], fit["model"])
   text = f"{own['max_steps']} steps, batch {own['batch_size']}"
   if change is not None:
     text += (f"; mean validation loss {100 * change['mean']:+.1f}% over the last "
@@ -175,7 +175,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
     for fit in results["fits"]:
       bound = fit.get("bound") or {}
       bound_text = f"{bound['single']:.4g}" if "single" in bound else "-"
-      total = len(report.runs_of(results, fit))
+      total = len(records.runs_of(results, fit))
       flagged = len(fit.get("flagged") or [])
       change = last_interval_change(metrics.get(name, []), fit)
       lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
@@ -195,7 +195,7 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
     runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
     if not runs:
       continue
-    start = report.kind_config(results["config"], "context_updates").get(
+    start = records.kind_config(results["config"], "context_updates").get(
         "context_update_m_init", 0.0)
     text = f"- {name} (top-{runs[0]['k']}, m starts at {start:g}): m = " + ", ".join(
         f"{m:+.2f} (L={d})" for d, (m, _) in sorted(_means(runs, "m").items()))
@@ -230,7 +230,7 @@ def m_profile_table(all_results: dict[str, dict]) -> list[str]:
 
 def _loss_and_parameters(results: dict, fit: dict) -> dict[int, tuple[float, int]]:
   """depth -> (mean R_L over clean seeds, parameters of one model) for one grid."""
-  runs = analysis.clean_runs(report.runs_of(results, fit))
+  runs = analysis.clean_runs(records.runs_of(results, fit))
   loss = _means(runs, "eval_loss")
   return {r["depth"]: (loss[r["depth"]][0], r["parameters"]) for r in runs}
 
@@ -277,7 +277,7 @@ def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
       if seed0:
         ax.imshow(np.array(seed0[0]["first_layer_attention"]), cmap="viridis")
         ax.set_title(f"S_1, L={depth}, rho={seed0[0]['first_layer_rho']:.2f}", fontsize=7)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
   return True
 
 
@@ -294,16 +294,16 @@ def plot_looped(results: dict, path: str) -> None:
   axes[1].set(xscale="log", xlabel="trained parameters", ylabel="R_L")
   for ax in axes:
     ax.legend(fontsize=7)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
 
 
 def write_generalized_report(root: str) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
-  all_results, metrics, figures = reproduction.load_root(root, [name for name, _, _ in RUNS])
+  all_results, metrics, figures = combined_report.load_root(root, [name for name, _, _ in RUNS])
   lines = ["# Generalised models and looped layers", "",
            "Every number comes from the runs under this directory (one experiment workdir each, "
            "with its own report.md). "
-           + reproduction.run_times_sentence(all_results, [name for name, _, _ in RUNS]),
+           + combined_report.run_times_sentence(all_results, [name for name, _, _ in RUNS]),
            "", "## Depth trends beside the paper's description", ""]
   lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
@@ -338,9 +338,9 @@ def write_generalized_report(root: str) -> str:
     figure_lines += ["![looped](figures/looped.png)", ""]
   for name, results in all_results.items():
     lines += ["", f"## {name}", ""] + depth_table(results)
-    report.plot_depth_scaling(results, os.path.join(figures, f"{name}_depth.png"))
-    report.plot_decomposition(results, os.path.join(figures, f"{name}_decomposition.png"))
-    reproduction.plot_training_curves(name, metrics[name], results,
+    run_report.plot_depth_scaling(results, os.path.join(figures, f"{name}_depth.png"))
+    run_report.plot_decomposition(results, os.path.join(figures, f"{name}_decomposition.png"))
+    combined_report.plot_training_curves(name, metrics[name], results,
                          os.path.join(figures, f"training_{name}.png"))
     figure_lines += [f"{name}: depth curves (dashed: best single cosine layer), C_L and "
                      f"A_L - C_L, training curves:", "", f"![{name}](figures/{name}_depth.png)",

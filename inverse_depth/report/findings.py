@@ -12,14 +12,15 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, checks, paper, reproduction
+from inverse_depth import analysis, checks, paper
+from inverse_depth.report import combined_report
 from inverse_depth.files import write_text_atomic
 from inverse_depth.workdir import RESULTS_FILE, read_metrics
 
 # The committed runs each row reads, from the repository root.
 SGD_LAW = "results/sgd_law"
 ANNEALED_LAW = "results/depth_law"
-SGD_TABLES = reproduction.SGD_TABLES_ROOT
+SGD_TABLES = combined_report.SGD_TABLES_ROOT
 ADAM_TABLES = "results/reproduce"
 GENERALIZED = "results/generalized"
 # Appendix C variants: (claim, run folder under GENERALIZED, model kind, the paper's words,
@@ -123,7 +124,7 @@ def table_rows(root: str) -> list[dict]:
                      "2.007 ... 0.341", "L0 vs paper: " + _percents(found, fits, _floor_text),
                      results, found, [folder]))
   table1 = _load(f"{ADAM_TABLES}/table1", root)
-  table1_checks = reproduction.table1_section(table1)[1] if table1 else []
+  table1_checks = combined_report.table1_section(table1)[1] if table1 else []
   for claim, words, paper_text in (
       ("Table 1 linear floor", "Table 1: linear plateaus (7 spectra)", "59.85 ... 2.12"),
       ("linear flat in depth", "Table 1: linear loss flat after two layers", "flat"),
@@ -134,7 +135,7 @@ def table_rows(root: str) -> list[dict]:
     rows.append(_row(words, paper_text, ours, table1, found, [f"{ADAM_TABLES}/table1"],
                      model="linear"))
   table2 = _load(f"{ADAM_TABLES}/table2", root)
-  found = reproduction.table2_section(table2)[1] if table2 else []
+  found = combined_report.table2_section(table2)[1] if table2 else []
   rows.append(_row("Table 2: linear exponents between zeta and 2 zeta (easy task)",
                    "1.12 ... 3.31", ", ".join(
                        f"({fit['a']:g}, {fit['b']:g}) {fit['alpha']:.2f}"
@@ -145,7 +146,7 @@ def table_rows(root: str) -> list[dict]:
            for name in ("table1", "table3_top2", "table3")
            for results in [_load(f"{ADAM_TABLES}/{name}", root)] if results
            for fit in _softmax_fits(results, "linear")]
-  found = reproduction.table3_section(grids)[1] if grids else []
+  found = combined_report.table3_section(grids)[1] if grids else []
   rows.append(_row("Table 3: trained linear floor = theory T - h^T G^+ h", "within ~1%",
                    f"{sum(check.passed for check in found)} of {len(found)} grids within "
                    f"{checks.LINEAR_THEORY_TOLERANCE:.0%}", table1 if grids else None, found,
@@ -188,7 +189,7 @@ def table_rows(root: str) -> list[dict]:
         f"{checks.last_doubling_change(fit, 'disagreement'):+.1%}" for fit in fits),
                      results, found, [folder]))
   easy = _load(f"{ADAM_TABLES}/easy", root)
-  found = (reproduction.easy_section(easy, read_metrics(os.path.join(root, ADAM_TABLES,
+  found = (combined_report.easy_section(easy, read_metrics(os.path.join(root, ADAM_TABLES,
                                                                      "easy")))[1]
            if easy else [])
   rows.append(_row("Easy task: one softmax layer solves top-1", "R_1 ~ 0",

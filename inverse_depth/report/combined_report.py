@@ -7,16 +7,15 @@ ROOT/report.md with ROOT/figures/*.png written here. A run that is missing is re
 as not run; nothing is filled in.
 """
 
-import json
 import os
 
 import numpy as np
 
-from inverse_depth import analysis, paper, report, theory
+from inverse_depth import analysis, paper, records, theory
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import write_text_atomic
-from inverse_depth.report import plt
-from inverse_depth.workdir import RESULTS_FILE, read_metrics
+from inverse_depth.report import plt, run_report
+from inverse_depth.workdir import read_metrics
 
 # (workdir name, config file) in the order `make reproduce` runs them. Table 5 and the
 # selection error are read from the Table 1 run.
@@ -50,26 +49,10 @@ SGD_TABLE_RUNS = (("table1", "experiments/configs/sgd_table1.py"),
                   ("table4_top16", "experiments/configs/sgd_table4_top16.py"))
 
 
-def load_results(root: str, names=tuple(name for name, _ in RUNS)) -> dict[str, dict]:
-  """results.json of every run named in `names` (default: RUNS) present under `root`, by run
-  name."""
-  found = {}
-  for name in names:
-    path = os.path.join(root, name, RESULTS_FILE)
-    if os.path.exists(path):
-      with open(path) as f:
-        found[name] = json.load(f)
-  return found
-
-
 def _percent(ours: float, theirs: float | None) -> str:
   if theirs is None or not np.isfinite(ours):
     return "-"
   return f"{100 * (ours / theirs - 1):+.1f}%"
-
-
-def _fits(results: dict | None, model: str) -> list[dict]:
-  return [f for f in (results or {}).get("fits", []) if f["model"] == model]
 
 
 def deepest(fit: dict) -> tuple[int | None, float]:
@@ -93,7 +76,7 @@ def linear_floor_of(results: dict, fit: dict, depth: int | None = None) -> tuple
   depth = depth or deepest(fit)[0]
   if depth is None:
     return float("nan"), "no clean model"
-  loss, _, measure = analysis.plateau_loss(report.runs_of(results, fit), fit, depth)
+  loss, _, measure = analysis.plateau_loss(records.runs_of(results, fit), fit, depth)
   return loss, (f"averaged over beta, L={depth}" if measure == "averaged over beta"
                 else f"R at L={depth}")
 
@@ -108,8 +91,8 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
             "linear floor vs its L = 2 loss (same measure) |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
   checks = []
-  soft = {(f["a"], f["b"]): f for f in _fits(results, "softmax")}
-  lin = {(f["a"], f["b"]): f for f in _fits(results, "linear")}
+  soft = {(f["a"], f["b"]): f for f in records.fits_of(results, "softmax")}
+  lin = {(f["a"], f["b"]): f for f in records.fits_of(results, "linear")}
   for key in sorted(set(soft) | set(lin), key=lambda ab: (ab[0], ab[1])):
     cells = [f"({key[0]:g}, {key[1]:g})"]
     soft_floor = lin_floor = float("nan")
@@ -178,7 +161,7 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
             "same depths | losses by depth |", "|---|---|---|---|---|---|---|---|---|---|---|"]
   checks = []
   d = results["runs"][0]["d"] if results["runs"] else None
-  for fit in _fits(results, "linear"):
+  for fit in records.fits_of(results, "linear"):
     a, b, depths = fit["a"], fit["b"], fit["depths"]
     z = theory.zeta(a, b)
     alpha = fit["alpha"] if fit["resolved"] else float("nan")
@@ -237,8 +220,8 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {bound['floor']:.4g} +- "
                  f"{bound['floor_se']:.2g} | {averaged_cell} | "
                  f"{averaged_diff} | {held_out:.4g} +- {held_out_se:.2g} | "
-                 f"{at_this_P} | {report.value_or_dash(quoted.get('theory'))} | "
-                 f"{report.value_or_dash(quoted.get('trained'))} |")
+                 f"{at_this_P} | {run_report.value_or_dash(quoted.get('theory'))} | "
+                 f"{run_report.value_or_dash(quoted.get('trained'))} |")
     checks.append(checks_lib.Check(
         "Table 3 linear theory",
         bool(abs(trained / bound["floor"] - 1) <= checks_lib.LINEAR_THEORY_TOLERANCE),
@@ -273,14 +256,14 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
             "| best single cosine layer | best mixture |", "|---" * 10 + "|"]
   rows = []
   for results in table_results:
-    for fit in _fits(results, "softmax"):
+    for fit in records.fits_of(results, "softmax"):
       target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
       if fit["resolved"]:
         cells = [f"{fit['alpha']:.3f} +- {fit['alpha_se']:.2g}", f"{fit['r2']:.4f}",
-                 f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}", report.value_or_dash(target),
+                 f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}", run_report.value_or_dash(target),
                  _percent(fit["alpha"], target)]
       else:
-        cells = [str(fit.get("verdict")), "-", "-", report.value_or_dash(target), "-"]
+        cells = [str(fit.get("verdict")), "-", "-", run_report.value_or_dash(target), "-"]
       depth, loss = deepest(fit)
       span = (f"{fit['losses'][0]:.4g} -> {loss:.4g} (L={depth}, "
               f"{_percent(loss, fit['losses'][0])})" if depth and fit["depths"][0] == 1 else "-")
@@ -308,9 +291,9 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
 
 def _windows_without_first_depth(fit: dict) -> list[dict]:
   """`analysis.fit_depth_windows` of a fit's curve over L >= L_min for every L_min > 1 that
-  keeps report.WINDOW_MIN_DEPTHS depths."""
+  keeps run_report.WINDOW_MIN_DEPTHS depths."""
   return [window for window in analysis.fit_depth_windows(
-      fit["depths"], fit["losses"], report.WINDOW_MIN_DEPTHS) if window["smallest_depth"] > 1]
+      fit["depths"], fit["losses"], run_report.WINDOW_MIN_DEPTHS) if window["smallest_depth"] > 1]
 
 
 def _window_exponents(windows: list[dict]) -> str:
@@ -342,7 +325,7 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
            "| regime | run | depths | R_L | fit L0 (vs paper) | alpha | R^2 | C_L, last doubling "
            "| A_L - C_L, last doubling |", "|---|---|---|---|---|---|---|---|---|"]
   for name, workdir, results in regimes:
-    fit = _fits(results, "softmax")[0]
+    fit = records.fits_of(results, "softmax")[0]
     curve = ", ".join(f"{loss:.3f}" for loss in fit["losses"])
     fit_cells = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} ({_percent(fit['L0'], target)}) | "
                  f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2f} | {fit['r2']:.3f}"
@@ -387,13 +370,13 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
               "| (a, b) | fitted L0 | alpha | R^2 | paper L0 | diff | best single cosine layer "
               "| L0 vs single layer | R_L at the deepest clean depth (shown, not counted) |",
               "|---|---|---|---|---|---|---|---|---|"]
-    for fit in _fits(table1, "softmax"):
+    for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
       bound = fit.get("bound") or {}
       depth, loss = deepest(fit)
       L0 = fit["L0"] if fit["resolved"] else float("nan")
       lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {_fit_cells(fit)} | "
-                   f"{report.value_or_dash(target)} | {_percent(L0, target)} | "
+                   f"{run_report.value_or_dash(target)} | {_percent(L0, target)} | "
                    + (f"{bound['single']:.4g} +- {bound['single_se']:.2g} | "
                       f"{_percent(L0, bound['single'])}" if bound else "- | -")
                    + f" | {loss:.4g} (L={depth}) |")
@@ -403,7 +386,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
               "| (a, b) | gap alpha (error includes L0's) | R^2 | depths | C_L by depth | "
               "C_L, last doubling | A_L - C_L by depth | A_L - C_L, last doubling |",
               "|---|---|---|---|---|---|---|---|"]
-    for fit in _fits(table1, "softmax"):
+    for fit in records.fits_of(table1, "softmax"):
       gap = analysis.gap_fit_of(fit)
       gap_cells = (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g} | {gap['r2']:.3f} | "
                    f"{', '.join(f'{L:g}' for L in gap['depths'])}"
@@ -421,7 +404,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
     lines += ["", f"Paper: gap alpha {low}-{high} for all seven spectra, C_L and A_L - C_L "
               "levelling off."]
   table4_fits = [fit for name in ("table4", "table4_top16") if name in tables
-                 for fit in _fits(tables[name], "softmax")]
+                 for fit in records.fits_of(tables[name], "softmax")]
   if table4_fits:
     lines += ["", "### Table 4: depth exponents", "",
               "| k | (a, b) | fitted L0 | alpha | R^2 | paper alpha | (ours - paper) / se | "
@@ -432,7 +415,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
                   else float("nan"))
       curve = ", ".join(f"{L:g}: {R:.4g}" for L, R in zip(fit["depths"], fit["losses"]))
       lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {_fit_cells(fit)} | "
-                   f"{report.value_or_dash(target)} | "
+                   f"{run_report.value_or_dash(target)} | "
                    f"{f'{distance:+.1f}' if np.isfinite(distance) else '-'} | {curve} |")
       found += [check for check in (checks_lib.table4_exponent(fit), checks_lib.depth_law(fit))
                 if check]
@@ -455,7 +438,7 @@ def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
             "|---" * 10 + "|"]
   rows, distances, window_distances = [], [], []
   for workdir, results in longer:
-    for fit in _fits(results, "softmax"):
+    for fit in records.fits_of(results, "softmax"):
       target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
       if fit["resolved"]:
         whole = f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2g} ({fit['r2']:.3f})"
@@ -470,13 +453,13 @@ def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
       cells = [os.path.basename(os.path.normpath(workdir)), str(fit["k"]),
                f"({fit['a']:g}, {fit['b']:g})", str(results["config"]["max_steps"]),
                f"{min(fit['depths']):g}..{max(fit['depths']):g}", whole,
-               report.value_or_dash(target),
+               run_report.value_or_dash(target),
                f"{distance:+.1f}" if np.isfinite(distance) else "-", _window_exponents(windows),
                f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g}"
                if np.isfinite(gap.get("alpha", np.nan)) else "-"]
       rows.append("| " + " | ".join(cells) + " |")
   deepest_depth = max(max(fit["depths"]) for _, results in longer
-                      for fit in _fits(results, "softmax"))
+                      for fit in records.fits_of(results, "softmax"))
   regimes = sorted({_regime(results["config"]) for _, results in longer})
   low, high = paper.TABLE5_ALPHA_RANGE
   return header + rows + ["", (
@@ -485,7 +468,7 @@ def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
       f"{deepest_depth:g}. Over all depths {len(distances)} of {len(rows)} curves resolve an "
       f"exponent, and {sum(abs(d) <= 2 for d in distances)} of those lie within two standard "
       f"errors of the paper's. Leaving out L = 1 (windows of at least "
-      f"{report.WINDOW_MIN_DEPTHS} depths), {len(window_distances)} window fits resolve an "
+      f"{run_report.WINDOW_MIN_DEPTHS} depths), {len(window_distances)} window fits resolve an "
       f"exponent: {sum(abs(d) <= 2 for d in window_distances)} lie within two standard errors "
       f"of the paper's and {sum(d < -2 for d in window_distances)} more than two below it. "
       f"The paper's Table 5 gap exponents ({low}-{high}) are for the Table 1 spectra; the last "
@@ -519,7 +502,7 @@ def table5_section(results: dict | None) -> list[str]:
            "(R^2) | C_L by depth |", "|---|---|---|---|"]
   if results is None:
     return lines + ["Not run (no results.json for table1)."]
-  fits, gaps = _fits(results, "softmax"), []
+  fits, gaps = records.fits_of(results, "softmax"), []
   for fit in fits:
     shared = ", ".join(f"{L:g}: {C:.4g}" for L, C in zip(fit["depths"], fit["shared_error"])
                        if np.isfinite(C))
@@ -604,7 +587,7 @@ def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], 
                                                                       axis=0)
   checks = []
   for fit in results["fits"]:
-    runs = report.runs_of(results, fit)
+    runs = records.runs_of(results, fit)
     second = np.mean([r["target_second_moment"] for r in runs])
     mass = last_mass.get((fit["model"], fit["a"], fit["b"]))
     grid_depths = sorted({r["depth"] for r in runs})  # the columns of selected_mass
@@ -642,16 +625,16 @@ def plot_overview(all_results: dict[str, dict], path: str) -> None:
               label=f"{fit['model']} k={fit['k']} ({fit['a']:g},{fit['b']:g})")
     ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L", title=title)
     ax.legend(fontsize=5, ncol=2)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
 
 
 def plot_table1(results: dict, path: str) -> None:
   """Per Table 1 spectrum: softmax depth curve with fit and both bounds; linear with theory."""
-  soft = _fits(results, "softmax")
+  soft = records.fits_of(results, "softmax")
   fig, axes = plt.subplots(2, max(len(soft), 1), figsize=(2.6 * max(len(soft), 1), 5.2),
                            squeeze=False)
   for model, row in (("softmax", 0), ("linear", 1)):
-    for ax, fit in zip(axes[row], _fits(results, model)):
+    for ax, fit in zip(axes[row], records.fits_of(results, model)):
       ax.plot(fit["depths"], fit["losses"], "o", ms=4)
       if fit["resolved"]:
         dense = np.geomspace(min(fit["depths"]), max(fit["depths"]), 50)
@@ -666,13 +649,13 @@ def plot_table1(results: dict, path: str) -> None:
       ax.set_xticks([], minor=True)
       ax.set_title(f"{model} ({fit['a']:g},{fit['b']:g})", fontsize=7)
       ax.tick_params(labelsize=6)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
 
 
 def plot_table1_decomposition(results: dict, path: str) -> None:
   """C_L and A_L - C_L against depth, softmax, a colour per spectrum."""
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  fits = _fits(results, "softmax")
+  fits = records.fits_of(results, "softmax")
   colours = _colours((f["a"], f["b"]) for f in fits)
   for fit in fits:
     colour = colours[(fit["a"], fit["b"])]
@@ -682,7 +665,7 @@ def plot_table1_decomposition(results: dict, path: str) -> None:
   axes[0].set(xscale="log", yscale="log", xlabel="depth L", title="shared error C_L")
   axes[1].set(xscale="log", yscale="log", xlabel="depth L", title="disagreement A_L - C_L")
   axes[0].legend(fontsize=7)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
 
 
 def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
@@ -708,7 +691,7 @@ def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
            title=title)
     ax.title.set_fontsize(8)
     ax.legend(fontsize=6)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
 
 
 def column_labels(config: dict, model: str) -> list[str]:
@@ -716,7 +699,7 @@ def column_labels(config: dict, model: str) -> list[str]:
   or the one-layer members of an ensemble control."""
   if analysis.is_ensemble(model):
     return [f"member {i + 1}" for i in range(max(config["depths"]))]
-  return [f"L={L}" for L in report.kind_config(config, model)["depths"]]
+  return [f"L={L}" for L in records.kind_config(config, model)["depths"]]
 
 
 def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
@@ -732,7 +715,7 @@ def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
       ax.plot(steps, mass_by_step[:, i], label=labels[i])
   ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
   ax.legend(fontsize=7)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
 
 
 def plot_training_curves(name: str, metrics: list[dict], results: dict, path: str) -> None:
@@ -754,7 +737,7 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
   labelled = next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)
   if labelled is not None:  # None when there are no metrics lines at all
     labelled.legend(fontsize=5)
-  report.save_figure(fig, path)
+  run_report.save_figure(fig, path)
 
 
 def run_times_sentence(all_results: dict[str, dict], names) -> str:
@@ -768,7 +751,7 @@ def run_times_sentence(all_results: dict[str, dict], names) -> str:
 def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]], str]:
   """What a combined report reads: the results and metrics of each finished run in `names`,
   and ROOT/figures (created)."""
-  all_results = load_results(root, names)
+  all_results = records.load_results(root, names)
   metrics = {name: read_metrics(os.path.join(root, name)) for name in all_results}
   figures = os.path.join(root, "figures")
   os.makedirs(figures, exist_ok=True)
@@ -793,26 +776,26 @@ def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS,
   ROOT, of the `table4_longer` workdirs, of the `regimes` ((name, workdir) pairs) and of the
   SGD-regime tables under `sgd_tables` (paths from the repository root)."""
   all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
-  sgd_results = load_results(sgd_tables, [name for name, _ in SGD_TABLE_RUNS])
+  sgd_results = records.load_results(sgd_tables, [name for name, _ in SGD_TABLE_RUNS])
   sgd_lines, _ = sgd_tables_section(sgd_results)
-  longer = list(load_results(".", table4_longer).items())  # paths from the repository root
-  regime_results = load_results(".", [workdir for _, workdir in regimes])
+  longer = list(records.load_results(".", table4_longer).items())  # paths from the repository root
+  regime_results = records.load_results(".", [workdir for _, workdir in regimes])
   regime_lines = regime_section([(name, workdir, regime_results[workdir])
                                  for name, workdir in regimes if workdir in regime_results])
   table1 = all_results.get("table1")
   sections, checks = [], []
   for lines, found in (
       table1_section(table1), table2_section(all_results.get("table2")),
-      table3_section([(fit, report.runs_of(results, fit))
+      table3_section([(fit, records.runs_of(results, fit))
                       for results in (table1, all_results.get("table3_top2"),
                                       all_results.get("table3")) if results
-                      for fit in _fits(results, "linear")]),
+                      for fit in records.fits_of(results, "linear")]),
       easy_section(all_results.get("easy"), metrics.get("easy", []))):
     sections += [""] + lines
     checks += found
   for lines in (table4_section([all_results.get("table4"), all_results.get("table4_top16")]),
                 table4_longer_section(longer), table5_section(table1),
-                report.selection_section(table1)):
+                run_report.selection_section(table1)):
     sections += [""] + lines if lines else []
   if all_results:
     plot_overview(all_results, os.path.join(figures, "overview.png"))
@@ -820,8 +803,8 @@ def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS,
   if table1:
     plot_table1(table1, os.path.join(figures, "table1_depth.png"))
     plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
-    if report.selection_records(table1):  # selection_section links it only then
-      report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
+    if run_report.selection_records(table1):  # selection_section links it only then
+      run_report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
     figure_lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear "
                      "theory floor; dotted: best mixture):", "",
                      "![table 1](figures/table1_depth.png)", "",

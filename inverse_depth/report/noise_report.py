@@ -1,0 +1,124 @@
+"""Reports of the SGD law's noise prediction: sgd_noise.md per run (the prediction of
+inverse_depth.sgd_noise beside the fit) and the sweep table and figure over several runs.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from inverse_depth import analysis, records, sgd_noise
+from inverse_depth.files import write_text_atomic
+from inverse_depth.report import run_report
+
+
+def noise_markdown(found: dict) -> str:
+  """The predictions beside the measurements, one table per rate (from sgd_noise.json)."""
+  lines = [f"Gradient noise of the one-layer models over steps {found['steps'][0]}.."
+           f"{found['steps'][-1]} of `{found['workdir']}`, on {found['contexts']} contexts. "
+           "Predicted excess = eta_eff tr(Sigma) / (4 B) (theory.sgd_stationary_excess): the "
+           "layer weights' trace predicts c, the shared weights' predicts L0 minus the best "
+           "single cosine layer (theory.softmax_bound, Monte Carlo: its error is in the "
+           "measured excesses). Errors are over seeds (prediction) and from the fit "
+           "(measurement)."]
+  for entry in found["rates"]:
+    lines += ["", f"**rate {entry['learning_rate']:g}, batch {entry['batch_size']}** "
+              f"(eta_eff / B = {entry['eta_eff_over_B']:.3g}; tr Sigma: layer weights "
+              f"{entry['trace_layer']:.4g} +- {entry['trace_layer_se']:.2g}, shared weights "
+              f"{entry['trace_model']:.4g} +- {entry['trace_model_se']:.2g}; fitted alpha "
+              f"{entry['fitted_alpha']:.3f}, the prediction assumes 1)", "",
+              "| quantity | predicted | measured | measured / predicted |", "|---|---|---|---|"]
+    for name, predicted, measured in (
+        ("c (depth term)", "predicted_c", "fitted_c"),
+        ("L0 - best single cosine layer", "predicted_floor_excess", "measured_floor_excess"),
+        ("R_1 - best single cosine layer", "predicted_R1_excess", "measured_R1_excess")):
+      measured_se = entry.get(f"{measured}_se", float("nan"))
+      ratio = entry[measured] / entry[predicted] if entry[predicted] else float("nan")
+      lines.append(f"| {name} | {entry[predicted]:.4g} +- {entry[f'{predicted}_se']:.2g} | "
+                   f"{entry[measured]:.4g} +- {measured_se:.2g} | {ratio:.2f} |")
+  return "\n".join(lines)
+
+
+def write_report(workdir: str, num_contexts: int = 4096) -> str:
+  """Runs `predict` and writes workdir/sgd_noise.md; returns its path."""
+  path = os.path.join(workdir, "sgd_noise.md")
+  write_text_atomic(path, "# SGD noise: predicted against fitted coefficients\n\n"
+                    + noise_markdown(sgd_noise.predict(workdir, num_contexts)) + "\n")
+  return path
+
+
+def _deepest_stationary(results: dict, fit: dict) -> int | None:
+  """The deepest depth of a fit's grid at which every clean model passed the stationarity
+  test (None when none did, or the run has no averaging window)."""
+  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit)) if "stationarity" in r]
+  depths = [L for L in sorted({r["depth"] for r in runs})
+            if all(r["stationarity"]["stationary"] for r in runs if r["depth"] == L)]
+  return depths[-1] if depths else None
+
+
+def sweep_rows(workdirs: list[str]) -> list[dict]:
+  """One row per (run, rate) of finished constant-rate runs: eta_eff / B, the fit, A_L - C_L
+  at the deepest stationary depth, and the predicted c where sgd_noise.json exists."""
+  rows = []
+  for workdir in workdirs:
+    with open(os.path.join(workdir, "results.json")) as f:
+      results = json.load(f)
+    noise_path = os.path.join(workdir, sgd_noise.NOISE_FILE)
+    predictions = {}
+    if os.path.exists(noise_path):
+      with open(noise_path) as f:
+        predictions = {e["learning_rate"]: e for e in json.load(f)["rates"]}
+    config = results["config"]
+    for fit in results["fits"]:
+      rate = fit.get("learning_rate", config["learning_rate"])
+      deepest = _deepest_stationary(results, fit)
+      gap = (fit["disagreement"][fit["depths"].index(deepest)]
+             if deepest in fit["depths"] else float("nan"))
+      predicted = predictions.get(rate, {})
+      rows.append(dict(workdir=workdir, learning_rate=rate, batch_size=config["batch_size"],
+                       eta_eff_over_B=rate / (1 - config["momentum"]) / config["batch_size"],
+                       fit=fit, deepest_stationary=deepest, disagreement=gap,
+                       predicted_c=predicted.get("predicted_c", float("nan")),
+                       predicted_c_se=predicted.get("predicted_c_se", float("nan"))))
+  return sorted(rows, key=lambda r: r["eta_eff_over_B"])
+
+
+def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
+  """out_dir/sweep.md (the table) and out_dir/figures/sweep.png (R_L - L0 against L, log-log,
+  one curve per setting) from the runs' results.json and sgd_noise.json; returns the path."""
+  rows = sweep_rows(workdirs)
+  lines = ["# The SGD law against optimiser noise", "",
+           "Per setting: the fit R_L = L0 + c L^-alpha over the clean models, A_L - C_L at the "
+           "deepest depth whose models all passed the stationarity test, and c predicted from "
+           "the one-layer models' gradient noise (`sgd_noise.json`; - where not computed).", "",
+           "| run | batch | rate | eta_eff / B | L0 | c | alpha | R^2 | A_L - C_L (at L) | "
+           "predicted c | fitted / predicted c |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+  fig, ax = run_report.plt.subplots(figsize=(6, 4.5))
+  for i, row in enumerate(rows):
+    fit = row["fit"]
+    ratio = fit["c"] / row["predicted_c"] if np.isfinite(row["predicted_c"]) else float("nan")
+    fit_cells = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} | {fit['c']:.3g} +- {fit['c_se']:.2g} "
+                 f"| {fit['alpha']:.3f} +- {fit['alpha_se']:.3f} | {fit['r2']:.4f}"
+                 if fit["resolved"] else f"{fit['verdict']} | - | - | -")
+    lines.append(f"| `{row['workdir']}` | {row['batch_size']} | {row['learning_rate']:g} | "
+                 f"{row['eta_eff_over_B']:.3g} | {fit_cells} | {row['disagreement']:.3g} "
+                 f"(L = {row['deepest_stationary']}) | "
+                 + (f"{row['predicted_c']:.3g} +- {row['predicted_c_se']:.2g} | {ratio:.2f} |"
+                    if np.isfinite(ratio) else "- | - |"))
+    if fit["resolved"]:
+      depths, losses = np.asarray(fit["depths"]), np.asarray(fit["losses"])
+      excess = losses - fit["L0"]
+      shown = excess > 0
+      ax.plot(depths[shown], excess[shown], "o", color=f"C{i}",
+              label=f"B {row['batch_size']}, rate {row['learning_rate']:g}")
+      dense = np.geomspace(depths.min(), depths.max(), 50)
+      ax.plot(dense, fit["c"] * dense ** -fit["alpha"], "-", color=f"C{i}", alpha=0.6)
+  ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L - L0")
+  if ax.get_legend_handles_labels()[0]:  # no resolved fit: nothing to label
+    ax.legend(fontsize=7)
+  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+  run_report.save_figure(fig, os.path.join(out_dir, "figures", "sweep.png"))
+  lines += ["", "![R_L - L0](figures/sweep.png)", ""]
+  path = os.path.join(out_dir, "sweep.md")
+  write_text_atomic(path, "\n".join(lines))
+  return path

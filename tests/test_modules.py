@@ -1,0 +1,63 @@
+"""The Flax module of every model kind (inverse_depth.modules, the paper's token-level form
+of one model) against the packed grid that training uses (inverse_depth.models): the same
+parameters give the same layer predictors, for every model of a grid of several depths.
+float64 (the `x64` fixture); compared to 1e-9 relative."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from inverse_depth import modules, tasks
+from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model
+from inverse_depth.models import LAYER_PREDICTIONS, MODELS
+
+DEPTHS = (1, 3, 2, 4)
+D, P, N, B = 4, 10, 8, 5
+
+
+def _batch():
+  batch = tasks.sample_batch(jax.random.key(2), B, d=D, P=P, a=0.5, b=0.25, task="topk", k=2)
+  return tasks.Batch(*[jnp.asarray(x, jnp.float64) for x in batch])
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_module_of_each_model_matches_its_slice_of_the_packed_grid(x64, kind):
+  loop_group = 2 if kind == "looped" else 0
+  layout = GridLayout(DEPTHS, loop_group=loop_group)
+  # qk_scale 2: sharp attention; m_init -0.7: the context rows of context_updates move.
+  scales = InitScales(qk_scale=2.0, m_init=-0.7, positive_gain=False)
+  params = jax.tree.map(lambda x: x[0].astype(jnp.float64),  # m is drawn as float32
+                        init_grid(jax.random.key(1), layout, (0,), d=D, N=N, scales=scales,
+                                  model=kind))
+  batch = _batch()
+  packed_TB = LAYER_PREDICTIONS[kind](params, batch, layout)
+  for m, depth in enumerate(DEPTHS):
+    module = modules.AttentionModel(kind=kind, depth=depth, d=D, N=N, loop_group=loop_group)
+    f_LB = module.apply(modules.variables(*layout.model_params(params, m)), batch)
+    chex.assert_shape(f_LB, (depth, B))
+    chex.assert_trees_all_close(f_LB, packed_TB[layout.layer_slice(m)], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_module_init_draws_the_grids_leaves(kind):
+  """`init` gives the leaves (names, shapes) grid.init_model gives, and apply is pure."""
+  module = modules.AttentionModel(kind=kind, depth=3, d=D, N=N,
+                                  scales=InitScales(qk_init="identity", qk_scale=0.7))
+  batch = tasks.sample_batch(jax.random.key(0), B, d=D, P=P, a=0.0, b=0.0, task="topk", k=2)
+  variables = module.init(jax.random.key(5), batch)
+  model_leaves, layer_leaves = init_model(jax.random.key(0), 3, d=D, N=N,
+                                          scales=InitScales(), model=kind)
+  chex.assert_trees_all_equal_shapes(variables["params"],
+                                     {"model": model_leaves, "layer": layer_leaves})
+  first, again = module.apply(variables, batch), module.apply(variables, batch)
+  chex.assert_trees_all_equal(first, again)
+  assert np.all(np.isfinite(np.asarray(first)))
+
+
+def test_unknown_kind_is_refused_naming_the_allowed_ones():
+  module = modules.AttentionModel(kind="mamba", depth=1, d=D, N=N)
+  batch = tasks.sample_batch(jax.random.key(0), B, d=D, P=P, a=0.0, b=0.0, task="topk", k=2)
+  with pytest.raises(ValueError, match="allowed softmax, linear"):
+    module.init(jax.random.key(0), batch)
