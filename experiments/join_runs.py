@@ -1,7 +1,6 @@
 """Joins finished runs of one regime into one depth curve (no training)
 
-    python -m experiments.join_runs --out=results/table4_top16_depth_law_regime_24k_joined \
-        --workdirs=results/table4_top16_depth_law_regime_24k,results/table4_top16_depth_law_regime_24k_deep
+    python -m experiments.join_runs --out=runs/joined --workdirs=runs/shallow,runs/deep
 
 Writes OUT/results.json (every model of the workdirs, each grid refitted over all its
 depths), OUT/report.md and OUT/figures/ (`joined.write_joined`). The workdirs' configs may

@@ -1,7 +1,7 @@
 """Does a depth curve move when the same models train longer? (no training)
 
-    python -m experiments.longer_training --short=results/depth_law_12000steps \
-        --long=results/depth_law
+    python -m experiments.longer_training --short=runs/depth_law_12000steps \
+        --long=runs/depth_law
 
 Pairs the models of two finished runs of one config that differ in the schedule's length
 (same start, data stream and held-out contexts), and writes LONG/longer_training.md and

@@ -41,7 +41,7 @@ def kind_config(config: dict, kind: str) -> dict:
 # Config fields two runs may set differently and still be compared model by model: the
 # schedule's length and which models each trained (a model's data and start depend on its
 # spectrum, seed and depth only: a grid of other spectra leaves it unchanged, as
-# results/table4_top16_depth_law_regime_12k/README.md measured); anything else changes what
+# docs/notes/reproduction.md records); anything else changes what
 # a model is.
 SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "spectra",
                               "checkpoint_every", "ensemble_control")

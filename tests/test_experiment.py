@@ -373,8 +373,9 @@ def test_an_ensemble_with_an_outlier_member_is_flagged_by_name():
   assert {(r["depth"], r["seed"]) for r in runs if r["flagged"]} == {(4, 1), (8, 1)}
   assert all("one-layer member 3 is an outlier (6.6 > 2.4)" in r["flag_reason"]
              for r in runs if r["flagged"])
-  passed, sentence = run_report.checks(dict(runs=runs, fits=[]))[1]
-  assert not passed and "softmax-ensemble L=8 seed 1" in sentence
+  clean = next(check for check in run_report.checks(dict(runs=runs, fits=[]))
+               if check.claim == "clean run")
+  assert not clean.passed and "softmax-ensemble L=8 seed 1" in clean.text
 
 
 def test_ensemble_control_matches_models_trained_alone(tmp_path):

@@ -9,7 +9,7 @@ from inverse_depth.report import regime_report
 from tests import REPO
 
 RUNS = dict(annealed=os.path.join(REPO, "results", "depth_law"),
-            identity=os.path.join(REPO, "results", "depth_law_8seeds_identity"))
+            quick=os.path.join(REPO, "results", "quick"))
 
 
 def test_rows_are_the_fits_seed_means_and_the_report_lists_every_regime(tmp_path):
@@ -24,6 +24,8 @@ def test_rows_are_the_fits_seed_means_and_the_report_lists_every_regime(tmp_path
     assert list(rows["eval_loss"].values()) == pytest.approx(fit["losses"], rel=1e-12)
     assert list(rows["C"].values())[1:] == pytest.approx(fit["shared_error"][1:], rel=1e-12)
     assert f"| {name} | `{workdir}` |" in text
-  # the identity run stops at L = 4: its deeper cells are blank, not shifted
-  assert "| identity | 2.004 | 1.995 | 1.985 | - | - | - | - |" in text
+  # the quick run stops at L = 16: its cells at L = 32 and 64 are blank, not shifted
+  with open(os.path.join(RUNS["quick"], "results.json")) as f:
+    quick = json.load(f)["fits"][0]
+  assert ("| quick | " + " | ".join(f"{R:.4g}" for R in quick["losses"]) + " | - | - |") in text
   assert os.path.getsize(os.path.join(tmp_path, "figures", "regimes.png")) > 10_000

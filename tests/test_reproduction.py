@@ -5,7 +5,6 @@ import importlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -61,7 +60,7 @@ def reproduction_root(tmp_path_factory):
 
 
 def test_every_run_records_every_spectrum(reproduction_root):
-  results = records.load_results(reproduction_root)
+  results = records.load_results(reproduction_root, [name for name, _ in combined_report.RUNS])
   assert set(results) == {name for name, _ in combined_report.RUNS}
   for name, found in results.items():
     config = _config(name)
@@ -83,13 +82,10 @@ def test_every_run_records_every_spectrum(reproduction_root):
 
 
 def test_combined_report(reproduction_root):
-  path = combined_report.write_combined_report(  # the table4 run stands in for a longer one,
-      reproduction_root, table4_longer=[os.path.join(reproduction_root, "table4"), "absent"],
-      sgd_tables=reproduction_root)  # and the tables runs for the SGD regime's
+  path = combined_report.write_combined_report(  # the tables runs stand in for the SGD regime's
+      reproduction_root, sgd_tables=reproduction_root)
   with open(path) as f:
     text = f.read()
-  longer = text.split("## Table 4 at longer training")[1].split("## Table 5")[0]
-  assert longer.count("| table4 | 2 |") == len(config_lib.spectra(_config("table4")))
   for heading in ("## Tables 1, 4 and 5 under constant-step SGD", "### Table 1: fitted",
                   "### Table 5: gap fit", "### Table 4: depth exponents", "## Table 1",
                   "## Table 2", "## Table 3", "## Table 4", "## Table 5", "## Easy task",
@@ -131,29 +127,6 @@ def test_table4_section_prints_the_depth_range_the_bounds_and_the_run_regime():
   assert combined_report.table4_section([None, None])[-1].startswith("| - | - | not run")
 
 
-def test_table4_longer_section_sets_each_exponent_beside_the_papers():
-  """Each curve's exponent over all depths is set against the paper's in its own standard
-  errors, with the windows that leave out L = 1; the paragraph counts both."""
-  depths = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
-  wobble = [1.0, 1.002, 0.999, 1.001, 1.0, 0.999]
-  losses = [(0.5 + 0.1 / L) * w for L, w in zip(depths, wobble)]
-  fit = dict(analysis.fit_depth_scaling(depths, losses), model="softmax", k=2, a=0.25, b=0.25)
-  flat = dict(analysis.fit_depth_scaling(depths, [0.5] * 6), model="softmax", k=16, a=0.0,
-              b=0.25)
-  config = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3, max_steps=48000,
-                optimizer="adam", warmup_steps=200, schedule="cosine")
-  lines = combined_report.table4_longer_section([("results/long_run/", dict(fits=[fit, flat],
-                                                                      config=config))])
-  row = next(line for line in lines if line.startswith("| long_run | 2 | (0.25, 0.25) |"))
-  assert fit["resolved"] and abs(fit["alpha"] - 1.0) < 0.1
-  distance = (fit["alpha"] - 0.97) / fit["alpha_se"]
-  assert f"| 0.97 | {distance:+.1f} |" in row and "| 48000 | 1..32 |" in row
-  assert "L>=2: " in row and "L>=4: " in row and "L>=8" not in row
-  assert "| long_run | 16 | (0, 0.25) | 48000 | 1..32 | not resolved | 0.79 | - |" in lines[-3]
-  assert "Over all depths 1 of 2 curves resolve an exponent" in lines[-1]
-  assert combined_report.table4_longer_section([]) == []
-
-
 def test_table5_reading_follows_the_gap_fits_it_sits_under():
   """The paragraph under Table 5 is read from the numbers: an exponent within two standard
   errors of the paper's range agrees; otherwise it says how the gap closes and counts the
@@ -189,7 +162,7 @@ def test_derived_configs_run_end_to_end(name, tmp_path):
   results = experiment.run(tiny.shrunk(_config(name)), str(tmp_path))
   assert {f["model"] for f in results["fits"]} == {"softmax"}
   if name == "selection":  # its own report tables the percentiles, L = 1 against the deepest
-    text = (tmp_path / "report.md").read_text()
+    text = open(run_report.write_report(str(tmp_path))).read()
     rows = text.split("## Selection error")[1].split("![selection error]")[0]
     assert rows.count("\n| ") == 1 + 9  # header and the nine percentiles
     assert (tmp_path / "figures" / "selection_error.png").is_file()
@@ -217,7 +190,8 @@ def test_reproduce_entrypoint_runs_the_chosen_runs_and_writes_the_report(tmp_pat
   cells = [[cell.strip() for cell in row.split("|")] for row in table3_rows]
   assert cells and all(row[7] != "-" for row in cells)  # the floor at this P
   assert all(float(row[4].split(" +- ")[0]) > 0 for row in cells)  # averaged over beta
-  assert sorted(records.load_results(str(tmp_path))) == ["easy", "table3"]
+  assert sorted(records.load_results(
+      str(tmp_path), [name for name, _ in combined_report.RUNS])) == ["easy", "table3"]
 
 
 def test_column_labels_follow_the_grid_layout():
@@ -263,39 +237,42 @@ def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(
   assert verdict.count("For 1 of 7 spectra it is still above the full mixture at L = 3") == 1
 
 
-def test_longer_training_entrypoint_pairs_the_committed_6000_and_12000_step_depth_laws(
-    tmp_path):
-  """experiments.longer_training on copies of two committed runs: one row per depth whose
-  per-seed changes are the differences of the two results.json's eval_loss, and a figure."""
+def test_longer_training_entrypoint_pairs_each_model_with_its_longer_trained_self(tmp_path):
+  """experiments.longer_training on the committed depth_law run and a copy of it as the
+  shorter schedule (every loss raised by a known amount): one row per depth whose per-seed
+  changes are the differences of the two results.json's eval_loss, and a figure."""
+  with open(os.path.join(REPO, "results", "depth_law", "results.json")) as f:
+    long = json.load(f)
+  rng = np.random.default_rng(0)
+  short = json.loads(json.dumps(long))
+  short["config"]["max_steps"] = 12000
+  for run in short["runs"]:
+    run["eval_loss"] += float(rng.uniform(0.001, 0.01))
   dirs = {}
-  for name in ("depth_law_6000steps", "depth_law_12000steps"):
+  for name, results in (("short", short), ("long", long)):
     dirs[name] = tmp_path / name
     dirs[name].mkdir()
-    shutil.copy(os.path.join(REPO, "results", name, "results.json"), dirs[name])
+    (dirs[name] / "results.json").write_text(json.dumps(results))
   subprocess.run([sys.executable, "-m", "experiments.longer_training",
-                  f"--short={dirs['depth_law_6000steps']}",
-                  f"--long={dirs['depth_law_12000steps']}"],
+                  f"--short={dirs['short']}", f"--long={dirs['long']}"],
                  cwd=REPO, check=True, capture_output=True)
-  text = (dirs["depth_law_12000steps"] / "longer_training.md").read_text()
-  assert (dirs["depth_law_12000steps"] / "figures" / "longer_training.png").stat().st_size > 0
-  loss = {name: {(r["depth"], r["seed"]): r["eval_loss"]
-                 for r in json.loads((d / "results.json").read_text())["runs"]}
-          for name, d in dirs.items()}
+  text = (dirs["long"] / "longer_training.md").read_text()
+  assert (dirs["long"] / "figures" / "longer_training.png").stat().st_size > 0
+  loss = {name: {(r["depth"], r["seed"]): r["eval_loss"] for r in results["runs"]}
+          for name, results in (("short", short), ("long", long))}
   rows = [line.split(" | ") for line in text.splitlines() if re.match(r"\| \d+ \| 3 \|", line)]
   assert [int(row[0].strip("| ")) for row in rows] == [1, 2, 4, 8, 16, 32, 64]
   for row in rows:
     depth = int(row[0].strip("| "))
-    expected = [loss["depth_law_12000steps"][depth, s] - loss["depth_law_6000steps"][depth, s]
-                for s in range(3)]
+    expected = [loss["long"][depth, s] - loss["short"][depth, s] for s in range(3)]
     np.testing.assert_allclose([float(x) for x in row[5].split(", ")], expected, atol=5e-5)
-  assert "max_steps: 6000 -> 12000" in text
+  assert "max_steps: 12000 -> 24000" in text
 
 
 def test_longer_training_pairs_a_run_of_one_spectrum_with_a_grid_of_several(tmp_path):
   """A long run of one of the short run's spectra is compared on that spectrum's models; the
   other spectra's models are counted as having no partner."""
-  with open(os.path.join(REPO, "results", "table4_top16_depth_law_regime_12k",
-                         "results.json")) as f:
+  with open(os.path.join(REPO, "results", "reproduce", "table4_top16", "results.json")) as f:
     results = json.load(f)
   (tmp_path / "short").mkdir()
   (tmp_path / "short" / "results.json").write_text(json.dumps(results))

@@ -8,14 +8,14 @@ regime (BUILD_NOTES.md "Training regime", "Depth law", "Convergence"): Adam 1e-3
 decay to zero over 24000 steps (at 3e-3 for 3000 steps the depth-4 and depth-8 models end
 above the depth-2 one; every model ends lower when the schedule doubles, from 6000 to 12000
 steps by 0.04-0.9% and from 12000 to 24000 by 0.04-1.1% per depth, although every model met
-the convergence rule at 12000: results/depth_law_6000steps/, results/depth_law_12000steps/), query and key weights drawn at the small
+the convergence rule at 12000; docs/notes/annealed_adam.md), query and key weights drawn at the small
 scale 0.3 (initial logits of sd 0.5, so no layer starts saturated on the wrong tokens; the
 identity start gives the same depth-1 loss and a higher loss at every depth > 1:
-results/depth_law_identity/). About 57 minutes on 2 CPU cores to itself. Committed results:
+docs/notes/annealed_adam.md). About 57 minutes on 2 CPU cores to itself. Committed results:
 results/depth_law/.
 `--config.ensemble_control=True` adds the ensemble control (per seed, 64 one-layer models on
 the seed's training stream, averaged after training; about twice the main grid's time); it
-was measured at 3e-3 in results/depth_law_adam3e-3/.
+was measured at 3e-3 (docs/notes/annealed_adam.md).
 """
 
 from experiments.configs import default

@@ -19,7 +19,7 @@ averaged, as in sgd_law.py: there the validation losses still fell 1-2% over ste
 justified. Cost on 2 CPU cores, from sgd_law.py's 0.37 s per step for 381 layers at batch
 256: about 75 min at batch 256 (378 layers) and 2.5 h at batch 1024 (186 layers, 4x batch).
 The two full sweeps are not yet run; `:quick` (depths 1..8, 6000 steps, about 10 min) is
-results/sgd_sweep_quick (BUILD_NOTES "The SGD law").
+results/sgd_sweep/b256 (BUILD_NOTES "The SGD law").
 """
 
 from experiments.configs import sgd_law

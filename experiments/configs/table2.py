@@ -12,7 +12,7 @@ between, 6-14% below the paper's.
 The linear model starts as the paper's repeated-update construction (tables.base): a
 depth-L model is L unit steps of gradient descent on the context. From the earlier
 scale-6 start every depth ended at the depth-1 optimum (alpha ~ 0;
-results/table2_random_start).
+docs/notes/reproduction.md).
 """
 
 from experiments.configs import tables

@@ -113,7 +113,7 @@ _SGD_TIER_FIELDS = {
 # Query/key start per k: identity at scale s puts the logits near s^2 N cos, so s =
 # sqrt(tau / N) with tau the best single cosine layer's temperature (theory.softmax_bound at
 # d = 16, P = 128: 16.7 for top-2 on six of the seven Table 1 spectra, 4.8 for top-16 on all
-# four of Table 4's; results/reproduce/table1, results/table4_top16_depth_law_regime_24k_joined).
+# four of Table 4's; results/reproduce/table1; docs/notes/reproduction.md).
 SGD_QK_SCALE = {2: 0.73, 16: 0.39}
 
 

@@ -1,6 +1,7 @@
 """The combined reproduction report: the paper's Tables 1-5 and diagnostics, from the
-results.json (and metrics.jsonl) of each table's workdir alone, with Table 4 also read from
-the committed runs that trained its spectra longer (TABLE4_LONGER_RUNS).
+results.json (and metrics.jsonl) of each table's workdir alone, opened by the committed runs
+of the regime comparison (REGIME_RUNS) and of the tables in the SGD law's regime
+(SGD_TABLE_RUNS under SGD_TABLES_ROOT).
 
 Layout: ROOT/<run>/ for each run in RUNS (each an ordinary experiment workdir), and
 ROOT/report.md with ROOT/figures/*.png written here. A run that is missing is reported
@@ -26,14 +27,6 @@ RUNS = (("table1", "experiments/configs/table1.py"),
         ("table3_top2", "experiments/configs/table3_top2.py"),
         ("easy", "experiments/configs/easy.py"),
         ("table2", "experiments/configs/table2.py"))
-
-# Committed workdirs (from the repository root) that train the Table 4 spectra longer and
-# deeper than `make reproduce` can on 2 CPU cores; the combined report tabulates their fits
-# beside the paper's and leaves out any that is missing.
-TABLE4_LONGER_RUNS = ("results/table4_depth_law_regime_48k_joined",
-                      "results/table4_top16_depth_law_regime_24k_joined",
-                      "results/table4_top16_depth_law_regime_48k_joined")
-
 
 # The first section of the combined report: one committed run per training regime at the
 # paper's size (softmax, top-2, isotropic, d = 16, P = 128), paths from the repository root.
@@ -275,40 +268,13 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
     return header + ["| - | - | not run | - | - | - | - | - | - | - |"]
   config = next(results["config"] for results in table_results if results)
   return header + rows + ["", (
-      "Why ours differ: the paper's exponent describes a curve that levels off onto a floor "
-      "within its depths. Here R_L moves by a few percent from L = 1 to the deepest clean "
-      "depth (column; docs/regimes.md: a rise means under-training), and the best mixture "
-      "of cosine layers, the lowest loss an average of cosine layers reaches, lies at most a "
-      "few percent below the single layer. A fit of L0, c and alpha resolves an exponent only "
-      "where R_L bends over depth by more than its paired errors. These runs train from the "
-      f"{config['qk_init']} query/key start (scale {config['qk_init_scale']:g}) at learning "
-      f"rate {config['learning_rate']:g} for {config['max_steps']} steps; deep models need "
-      "more steps to settle than shallow ones, and a short budget flattens the curve "
-      "(BUILD_NOTES \"Reproduction at the cpu tier\"). The same spectra trained longer and "
-      "deeper in depth_law.py's regime are tabulated in the next section where their results "
-      "are present; results/README.md names every such run.")]
-
-
-def _windows_without_first_depth(fit: dict) -> list[dict]:
-  """`analysis.fit_depth_windows` of a fit's curve over L >= L_min for every L_min > 1 that
-  keeps run_report.WINDOW_MIN_DEPTHS depths."""
-  return [window for window in analysis.fit_depth_windows(
-      fit["depths"], fit["losses"], run_report.WINDOW_MIN_DEPTHS) if window["smallest_depth"] > 1]
-
-
-def _window_exponents(windows: list[dict]) -> str:
-  """'L>=2: alpha +- se; L>=4: ...' ('-' where a window resolves no depth term)."""
-  return "; ".join(
-      f"L>={window['smallest_depth']:g}: "
-      + (f"{window['alpha']:.2f} +- {window['alpha_se']:.2g}" if window["resolved"] else "-")
-      for window in windows) or "-"
-
-
-def _last_doubling_change(fit: dict, field: str) -> float:
-  """Relative change of a per-depth seed mean (`shared_error`, `disagreement`) between the
-  two deepest depths of a fit."""
-  values = fit[field]
-  return values[-1] / values[-2] - 1 if len(values) >= 2 else float("nan")
+      f"These runs train from the {config['qk_init']} query/key start (scale "
+      f"{config['qk_init_scale']:g}) with {config['optimizer']} at learning rate "
+      f"{config['learning_rate']:g} ({config['schedule']} schedule) for {config['max_steps']} "
+      "steps. R_L from L = 1 to the deepest clean depth and the best single and mixed cosine "
+      "layers show the range a fit has to work with. The same spectra in the SGD law's regime "
+      "are in the section \"Tables 1, 4 and 5 under constant-step SGD\"; FINDINGS.md says "
+      "which reproduce.")]
 
 
 def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
@@ -331,8 +297,8 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
                  f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2f} | {fit['r2']:.3f}"
                  if fit["resolved"] else f"{fit['verdict']} | - | -")
     lines.append(f"| {name} | `{workdir}` | {min(fit['depths']):g}..{max(fit['depths']):g} | "
-                 f"{curve} | {fit_cells} | {_last_doubling_change(fit, 'shared_error'):+.1%} | "
-                 f"{_last_doubling_change(fit, 'disagreement'):+.1%} |")
+                 f"{curve} | {fit_cells} | {checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
+                 f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%} |")
   return lines
 
 
@@ -426,71 +392,6 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
   return lines, found
 
 
-def table4_longer_section(longer: list[tuple[str, dict]]) -> list[str]:
-  """Table 4 on the curves trained longer and deeper than `make reproduce` does: for each
-  (workdir, results) and softmax fit, alpha over all depths beside the paper's with their
-  distance in standard errors, alpha over L >= L_min, and the gap exponent of L0 - C_L."""
-  if not longer:
-    return []
-  header = ["## Table 4 at longer training (committed runs, not rerun here)", "",
-            "| run | k | (a, b) | steps | depths | alpha, all depths (R^2) | paper alpha "
-            "| (ours - paper) / se | alpha over L >= L_min | gap alpha (L0 - C_L) |",
-            "|---" * 10 + "|"]
-  rows, distances, window_distances = [], [], []
-  for workdir, results in longer:
-    for fit in records.fits_of(results, "softmax"):
-      target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
-      if fit["resolved"]:
-        whole = f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2g} ({fit['r2']:.3f})"
-        distance = (fit["alpha"] - target) / fit["alpha_se"] if target else float("nan")
-        distances.append(distance)
-      else:
-        whole, distance = "not resolved", float("nan")
-      windows = _windows_without_first_depth(fit)
-      window_distances += [(window["alpha"] - target) / window["alpha_se"]
-                           for window in windows if window["resolved"] and target]
-      gap = fit.get("gap_fit") or {}
-      cells = [os.path.basename(os.path.normpath(workdir)), str(fit["k"]),
-               f"({fit['a']:g}, {fit['b']:g})", str(results["config"]["max_steps"]),
-               f"{min(fit['depths']):g}..{max(fit['depths']):g}", whole,
-               run_report.value_or_dash(target),
-               f"{distance:+.1f}" if np.isfinite(distance) else "-", _window_exponents(windows),
-               f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g}"
-               if np.isfinite(gap.get("alpha", np.nan)) else "-"]
-      rows.append("| " + " | ".join(cells) + " |")
-  deepest_depth = max(max(fit["depths"]) for _, results in longer
-                      for fit in records.fits_of(results, "softmax"))
-  regimes = sorted({_regime(results["config"]) for _, results in longer})
-  low, high = paper.TABLE5_ALPHA_RANGE
-  return header + rows + ["", (
-      f"These curves come from runs committed under results/ (each directory's README gives "
-      f"its command and commit), trained from {'; or from '.join(regimes)}, to depths of "
-      f"{deepest_depth:g}. Over all depths {len(distances)} of {len(rows)} curves resolve an "
-      f"exponent, and {sum(abs(d) <= 2 for d in distances)} of those lie within two standard "
-      f"errors of the paper's. Leaving out L = 1 (windows of at least "
-      f"{run_report.WINDOW_MIN_DEPTHS} depths), {len(window_distances)} window fits resolve an "
-      f"exponent: {sum(abs(d) <= 2 for d in window_distances)} lie within two standard errors "
-      f"of the paper's and {sum(d < -2 for d in window_distances)} more than two below it. "
-      f"The paper's Table 5 gap exponents ({low}-{high}) are for the Table 1 spectra; the last "
-      f"column is the same fit on these curves. Where the exponent over all depths agrees and "
-      f"the windows without L = 1 lie below it, the agreement rests on the step from L = 1 "
-      f"to 2. What we think the reason is: the deep models are not yet at their optimum. "
-      f"Training longer lowers the deep models and leaves the shallow ones "
-      f"(results/table4_top16_depth_law_regime_48k_shallow and _48k_128 pair every model with "
-      f"its 24000-step self), and the shared error C_L still rises at the deepest depths, "
-      f"where the paper finds it levelling off; the paper trains \"until the loss has "
-      f"converged\" without a step count (docs/regimes.md). BUILD_NOTES \"Known not to work yet\" "
-      f"gives the measurements.")]
-
-
-def _regime(config: dict) -> str:
-  """'the random query/key start (scale 0.3), adam at learning rate 0.001 ...' of a config."""
-  return (f"the {config['qk_init']} query/key start (scale {config['qk_init_scale']:g}) with "
-          f"{config['optimizer']} at learning rate {config['learning_rate']:g}, a "
-          f"{config['warmup_steps']}-step warm-up and a {config['schedule']} schedule over the "
-          f"stated steps")
-
-
 def table5_section(results: dict | None) -> list[str]:
   """Gap fits L0 - C_L = c L^-alpha: with the run's fitted L0 (the paper's definition) and
   with L0 = the best single cosine layer of `theory.softmax_bound` (what docs/sizes.md finds the
@@ -569,9 +470,7 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
       f"closes {rate} 1/L in {len(misses)} of {len(gaps)} fits. Over the last doubling of "
       f"depth C_L still rises in {rising_shared} of {len(fits)} spectra and the disagreement "
       f"A_L - C_L in {rising_disagreement} of {len(fits)}, where the paper finds both "
-      f"levelling off (figure below).{undetermined_text}{unresolved_floor} The reports of "
-      "results/depth_law and "
-      "results/table4_depth_law_regime_24k give the gap fits of 24000-step runs.")
+      f"levelling off (figure below).{undetermined_text}{unresolved_floor}")
 
 
 def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], list[checks_lib.Check]]:
@@ -770,15 +669,12 @@ def models_line(all_results: dict[str, dict]) -> str:
           + f"{sum(analysis.is_clean(r) for r in runs)} clean (neither diverged nor flagged).")
 
 
-def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS,
-                          regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_ROOT) -> str:
+def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_ROOT) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
-  ROOT, of the `table4_longer` workdirs, of the `regimes` ((name, workdir) pairs) and of the
-  SGD-regime tables under `sgd_tables` (paths from the repository root)."""
+  ROOT, of the `regimes` ((name, workdir) pairs) and of the SGD-regime tables under `sgd_tables` (paths from the repository root)."""
   all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
   sgd_results = records.load_results(sgd_tables, [name for name, _ in SGD_TABLE_RUNS])
   sgd_lines, _ = sgd_tables_section(sgd_results)
-  longer = list(records.load_results(".", table4_longer).items())  # paths from the repository root
   regime_results = records.load_results(".", [workdir for _, workdir in regimes])
   regime_lines = regime_section([(name, workdir, regime_results[workdir])
                                  for name, workdir in regimes if workdir in regime_results])
@@ -794,7 +690,7 @@ def write_combined_report(root: str, table4_longer=TABLE4_LONGER_RUNS,
     sections += [""] + lines
     checks += found
   for lines in (table4_section([all_results.get("table4"), all_results.get("table4_top16")]),
-                table4_longer_section(longer), table5_section(table1),
+                table5_section(table1),
                 run_report.selection_section(table1)):
     sections += [""] + lines if lines else []
   if all_results:
