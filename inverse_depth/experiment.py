@@ -286,6 +286,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
     raise NotImplementedError("multi-process (jax.distributed) runs are not supported yet: "
                               "see README, 'Several devices and hosts'")
   config_lib.validate(config)
+  started = provenance()  # the code that trains is the code at the start
   config_dict = config.to_dict()
   specs = config_lib.grid_specs(config)  # the typed settings every later step reads
   if start_over:
@@ -317,7 +318,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
       grid_times.append(grid["wall_time_s"])
   if not trained:
     logging.info("Every grid was already finished: results regenerated without training.")
-  results = dict(schema_version=SCHEMA_VERSION, provenance=provenance(),
+  results = dict(schema_version=SCHEMA_VERSION, provenance=started,
                  runs=all_runs, fits=fits, config=config_dict,
                  config_hash=config_lib.config_hash(config_dict),
                  wall_time_s=float(sum(grid_times)),  # training + evaluation, all grids

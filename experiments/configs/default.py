@@ -13,6 +13,7 @@ import importlib
 
 import ml_collections
 
+from experiments.configs import regimes
 from inverse_depth.config import ConfigError
 
 # Scale tiers (docs/sizes.md), each a config module next to this one.
@@ -50,32 +51,36 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
       per_layer_values=dict(d=16, P=128, N=32),
       context_updates=dict(d=16, P=128, N=32),
       looped=dict(d=16, P=128, N=32)))
+  # The training regime's fields (batch_size, optimizer, momentum, schedule, learning_rate,
+  # warmup_steps, eval_every, qk_init, qk_init_scale, stationary_evals) come from
+  # regimes.SGD_LAW, the regime the study recommends (docs/regimes.md); a config that trains
+  # in another applies it by name (config.update(regimes.NAME)).
   # Contexts per training step (per seed).
-  config.batch_size = 256
+  config.batch_size = regimes.SGD_LAW["batch_size"]
   # Optimiser: "adam" or "sgd" (heavy-ball momentum, below). Element-wise either way, so the
   # models of a grid stay independent.
-  config.optimizer = "adam"
+  config.optimizer = regimes.SGD_LAW["optimizer"]
   # SGD momentum (ignored by adam).
-  config.momentum = 0.9
+  config.momentum = regimes.SGD_LAW["momentum"]
   # Learning-rate schedule after the warm-up: "constant", "cosine" (to zero at max_steps) or
   # "stall_decay" (constant, decayed per model on validation stalls; the rule below).
-  config.schedule = "cosine"
+  config.schedule = regimes.SGD_LAW["schedule"]
   # Multiply the updates of a depth-L model's per-layer weights (W_q, W_k; W_v^l for
   # per_layer_values) by L, undoing the 1/L their gradients carry from the residual update
   # under sgd (adam's steps do not see the 1/L: there it makes layer steps L x larger).
   config.depth_scaled_layer_lr = False
   # Peak learning rate reached after the warm-up.
-  config.learning_rate = 3e-3
+  config.learning_rate = regimes.SGD_LAW["learning_rate"]
   # A rate sweep on one sampler: every model of a grid is trained at learning_rate x each of
   # these factors (same initialisation and training stream per seed, so the rates are paired);
   # its records and fits carry learning_rate. (1.0,): no sweep.
   config.rate_factors = (1.0,)
   # Linear warm-up steps of the learning rate.
-  config.warmup_steps = 200
+  config.warmup_steps = regimes.SGD_LAW["warmup_steps"]
   # Hard cap on training steps; a multiple of eval_every.
   config.max_steps = 8000
   # Steps between validation evaluations (one compiled call trains this many steps).
-  config.eval_every = 200
+  config.eval_every = regimes.SGD_LAW["eval_every"]
   # Convergence (every schedule): an evaluation improves if the validation loss drops below (1 - rel_tol) x best.
   config.rel_tol = 0.005
   # Convergence: evaluations without improvement before the learning rate decays (or the
@@ -99,9 +104,9 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # Query/key initialisation: "random" (W_q, W_k ~ N(0, qk_init_scale^2 / N)) or "identity"
   # (W_q, W_k = qk_init_scale I + qk_init_noise N(0, 1); softmax logits start near
   # qk_init_scale^2 N cos(x_test, x_i)).
-  config.qk_init = "identity"
+  config.qk_init = regimes.SGD_LAW["qk_init"]
   # Scale of the query/key initialisation (see qk_init).
-  config.qk_init_scale = 1.0
+  config.qk_init_scale = regimes.SGD_LAW["qk_init_scale"]
   # A depth-L model starts with query/key scale qk_init_scale L^(exponent / 2), so each
   # layer's form W_q^T W_k (the linear model's step kappa_l) starts ~ L^exponent; 1 makes
   # the 1/L residual's layers start as L repeated depth-1 steps (0: the same start at
@@ -148,7 +153,7 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # constant-rate iterate, whose single snapshots move by several % (BUILD_NOTES.md
   # "Stationary evaluation").
   # 1: the final iterate. > 1 needs schedule "constant".
-  config.stationary_evals = 1
+  config.stationary_evals = regimes.SGD_LAW["stationary_evals"]
   # A model is stationary over that window when the means of its two halves differ by less
   # than stationarity_z of their standard errors, and the loss's slope across it is less
   # than stationarity_z of its own; a model that fails is flagged (kept out of the fits).

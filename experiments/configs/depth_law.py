@@ -18,11 +18,12 @@ the seed's training stream, averaged after training; about twice the main grid's
 was measured at 3e-3 (docs/notes/annealed_adam.md).
 """
 
-from experiments.configs import default
+from experiments.configs import default, regimes
 
 
 def get_config():
   config = default.get_config()
+  config.update(regimes.ADAM_COSINE_IDENTITY)  # the regime its committed runs were made in
   config.model = "softmax"
   config.sizes.softmax.update(d=16, P=128, N=32)
   config.depths = (1, 2, 4, 8, 16, 32, 64)

@@ -35,7 +35,7 @@ the training failure of the deep models in `m_start_top16`.
 inputs about 4 to 1 and no depth-1 model leaves ~5.0: BUILD_NOTES.md "Generalised models").
 """
 
-from experiments.configs import default
+from experiments.configs import default, regimes
 from inverse_depth.config import ConfigError
 
 # variant -> (model kinds, k, C.3's starting m, C.3's training steps)
@@ -54,6 +54,7 @@ def get_config(variant: str = "cpu"):
     raise ConfigError(f"config variant {variant!r} does not exist: allowed "
                       f"{', '.join(VARIANTS)}")
   config = default.get_config()
+  config.update(regimes.ADAM_COSINE_IDENTITY)  # the regime its committed runs were made in
   config.model, config.k, config.context_update_m_init, context_update_steps = VARIANTS[variant]
   if variant == "single_stream":
     config.W_y_init_scale = 1 / config.sizes.softmax.d ** 0.5

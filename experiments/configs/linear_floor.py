@@ -10,11 +10,12 @@ map and a larger identity scale: what the linear model needs at this size (BUILD
 "Linear floor"). About 30 minutes on 2 CPU cores. Committed results: results/linear_floor/.
 """
 
-from experiments.configs import default
+from experiments.configs import default, regimes
 
 
 def get_config():
   config = default.get_config()
+  config.update(regimes.ADAM_COSINE_IDENTITY)  # the regime its committed runs were made in
   config.model = "linear"
   config.sizes.linear.update(d=128, P=1024, N=128)
   config.depths = (1, 2, 4)

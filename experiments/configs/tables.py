@@ -67,6 +67,7 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   the context (BUILD_NOTES "Reproduction at the cpu tier")."""
   tier_fields = check_tier(tier)
   config = default.get_config()
+  config.update(regimes.ADAM_COSINE_IDENTITY)  # then the tier's softmax regime, below
   config.model = model
   config.task = task
   config.k = k

@@ -458,6 +458,12 @@ def write_report(workdir: str) -> str:
            "; ".join(_training_header(config, kind) for kind in kinds)
            + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "
            f"{results['backend']} device(s).", ""]
+  provenance = results.get("provenance")
+  if provenance:  # results.json since schema_version 2
+    commit = (provenance["commit"] or "unknown")[:7]
+    lines += [f"Made by `{provenance['command']}` at commit {commit}"
+              + (" (with uncommitted changes)" if provenance.get("uncommitted_changes") else "")
+              + f", {provenance['time']}.", ""]
   if "joined_from" in results:
     lines += [f"Joined from {len(results['joined_from'])} runs of one regime "
               "(`inverse_depth.joined`; the time above is their sum): "
