@@ -272,6 +272,15 @@ def _validation_text(spec: GridSpec, val_loss_SM) -> str:
           + (f" (mean over {num_groups} spectra and rates)" if num_groups > 1 else ""))
 
 
+def _earlier_provenance(workdir: str) -> dict | None:
+  """The provenance of the results.json already in `workdir` (None without one)."""
+  path = os.path.join(workdir, RESULTS_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f).get("provenance")
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = False) -> dict:
   """Runs (or resumes) the experiment in `workdir` and writes its results.json (the report
   layer writes report.md from it: inverse_depth.report.run_report).
@@ -318,6 +327,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
       grid_times.append(grid["wall_time_s"])
   if not trained:
     logging.info("Every grid was already finished: results regenerated without training.")
+    started = _earlier_provenance(workdir) or started  # the run that trained them
   results = dict(schema_version=SCHEMA_VERSION, provenance=started,
                  runs=all_runs, fits=fits, config=config_dict,
                  config_hash=config_lib.config_hash(config_dict),
