@@ -41,6 +41,17 @@ SINGLE_LAYER_TOLERANCE = 0.10
 SOFTMAX_LINEAR_RATIO = 0.5
 # The identity R = C + (A - C)/L, float64 analysis of float32 predictions: relative residual.
 IDENTITY_TOLERANCE = 1e-6
+# The generalised models' looser "inverse-depth trend" (the paper's "similar scaling
+# signals", report.generalized_report): a resolved fit with alpha in this range and R^2 at
+# least this; a grid whose mean validation loss still fell by more than UNDER_TRAINED_FALL
+# over its last evaluation interval reads "cannot say: under-trained".
+TREND_ALPHA_RANGE = (0.5, 1.5)
+TREND_MIN_R2 = 0.95
+UNDER_TRAINED_FALL = 0.01
+# A depth-L optimum of cosine layers within this fraction of the loss of the full mixture
+# (or within EXPONENT_STANDARD_ERRORS paired errors) has reached it
+# (report.run_report.write_cosine_mixture_report).
+SATURATION_FRACTION = 1e-3
 
 CLAIMS = ("depth law", "Table 1 softmax floor", "Table 1 linear floor", "softmax below linear",
           "linear flat in depth", "Table 2 exponent band", "Table 3 linear theory",

@@ -237,7 +237,7 @@ COMMITTED_RUNS = {
     "generalized/looped": ("looped", None),
     **{f"sgd_tables/{name}": (f"sgd_{name}", "short")
        for name in ("table1", "table4", "table4_top16")},
-    "sgd_sweep/b256": ("sgd_sweep", "quick"), "sgd_sweep/b1024": ("sgd_sweep", "quick1024"),
+    "sgd_sweep/b256": ("sgd_sweep", "quick"),
 }
 
 

@@ -297,7 +297,8 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
                  f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2f} | {fit['r2']:.3f}"
                  if fit["resolved"] else f"{fit['verdict']} | - | -")
     lines.append(f"| {name} | `{workdir}` | {min(fit['depths']):g}..{max(fit['depths']):g} | "
-                 f"{curve} | {fit_cells} | {checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
+                 f"{curve} | {fit_cells} | "
+                 f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
                  f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%} |")
   return lines
 
@@ -473,7 +474,8 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
       f"levelling off (figure below).{undetermined_text}{unresolved_floor}")
 
 
-def easy_section(results: dict | None, metrics: list[dict]) -> tuple[list[str], list[checks_lib.Check]]:
+def easy_section(results: dict | None,
+                 metrics: list[dict]) -> tuple[list[str], list[checks_lib.Check]]:
   lines = ["## Easy task (top-1 copy): one softmax layer solves it", ""]
   if results is None:
     return lines + ["Not run (no results.json for easy)."], []
@@ -671,7 +673,8 @@ def models_line(all_results: dict[str, dict]) -> str:
 
 def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_ROOT) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
-  ROOT, of the `regimes` ((name, workdir) pairs) and of the SGD-regime tables under `sgd_tables` (paths from the repository root)."""
+  ROOT, of the `regimes` ((name, workdir) pairs) and of the SGD-regime tables under
+  `sgd_tables` (paths from the repository root)."""
   all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
   sgd_results = records.load_results(sgd_tables, [name for name, _ in SGD_TABLE_RUNS])
   sgd_lines, _ = sgd_tables_section(sgd_results)

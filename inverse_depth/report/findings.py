@@ -204,7 +204,8 @@ def identity_row(root: str, folders) -> dict:
           for r in results["runs"] if analysis.is_clean(r)]
   worst = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in runs),
               default=float("nan"))
-  found = [checks.Check("identity exact", bool(worst < checks.IDENTITY_TOLERANCE), "")] if runs else []
+  found = ([checks.Check("identity exact", bool(worst < checks.IDENTITY_TOLERANCE), "")]
+           if runs else [])
   return dict(claim="Identity R_L = C_L + (A_L - C_L)/L", paper="exact",
               ours=f"largest relative residual {worst:.1e} over {len(runs)} models",
               regime="every run", verdict=verdict(found),

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, evaluation, records
+from inverse_depth import analysis, checks, evaluation, records
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
 
@@ -35,11 +35,6 @@ PAPER = {
 }
 
 
-# Above these our verdict reads "cannot say": the mean validation loss still fell by more
-# than UNDER_TRAINED_FALL over the last evaluation interval, or more than half the models
-# of a grid are flagged (far above their peers or the single-layer bound).
-UNDER_TRAINED_FALL = 0.01
-
 
 def paper_expectation(model: str, k: int) -> str | None:
   """What the paper says of a grid's depth trend: "law" (approximately inverse depth),
@@ -60,10 +55,11 @@ def falls_and_rises(fit: dict, num_se: float = 2.0) -> tuple[int, int]:
 
 
 def observed_trend(fit: dict) -> str:
-  """Our depth trend of one grid: "law" (a resolved fit R_L = L0 + c L^-alpha with
-  0.5 <= alpha <= 1.5 and R^2 >= 0.95), "falls" (no doubling rises and at most one fails to
+  """Our depth trend of one grid: "law" (a resolved fit R_L = L0 + c L^-alpha with alpha in
+  checks.TREND_ALPHA_RANGE and R^2 >= checks.TREND_MIN_R2), "falls" (no doubling rises and at most one fails to
   fall beyond 2 paired standard errors) or "none"."""
-  if (fit["resolved"] and 0.5 <= fit["alpha"] <= 1.5 and fit["r2"] >= 0.95):
+  low, high = checks.TREND_ALPHA_RANGE
+  if fit["resolved"] and low <= fit["alpha"] <= high and fit["r2"] >= checks.TREND_MIN_R2:
     return "law"
   paired = fit.get("paired_differences", [])
   falls, rises = falls_and_rises(fit)
@@ -72,9 +68,11 @@ def observed_trend(fit: dict) -> str:
 
 def verdict(fit: dict, last_change: float | None, flagged: int, total: int) -> str:
   """Agrees / partly / disagrees / cannot say: our trend against the paper's, computed from
-  the fit, the paired differences and how far training got. Depths where every model is
+  the fit, the paired differences and how far training got ("cannot say" when the mean
+  validation loss still fell by more than checks.UNDER_TRAINED_FALL over the last evaluation
+  interval, or more than half the models of a grid are flagged). Depths where every model is
   flagged are named: the verdict covers only the depths that kept a clean model."""
-  if (last_change is not None and last_change < -UNDER_TRAINED_FALL) or 2 * flagged > total:
+  if (last_change is not None and last_change < -checks.UNDER_TRAINED_FALL) or 2 * flagged > total:
     return "cannot say: under-trained"
   expected, observed = paper_expectation(fit["model"], fit["k"]), observed_trend(fit)
   if expected is None:
@@ -308,9 +306,10 @@ def write_generalized_report(root: str) -> str:
   lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
             "below -2 paired standard errors. The verdict counts an inverse-depth law where the "
-            "fit resolves one with 0.5 <= alpha <= 1.5 and R^2 >= 0.95, a fall where no "
+            f"fit resolves one with {checks.TREND_ALPHA_RANGE[0]:g} <= alpha <= "
+            f"{checks.TREND_ALPHA_RANGE[1]:g} and R^2 >= {checks.TREND_MIN_R2:g}, a fall where no "
             "doubling rises and at most one fails to fall, and cannot say where the mean "
-            f"validation loss still fell by more than {100 * UNDER_TRAINED_FALL:g}% over the "
+            f"validation loss still fell by more than {100 * checks.UNDER_TRAINED_FALL:g}% over the "
             "last evaluation interval or more than half the models are flagged. C.1 and C.3 "
             "are cascaded: their layer predictors are f_l = z_0 + L (z_l - z_{l-1}), so "
             "R = C + (A - C)/L holds exactly for them too.",

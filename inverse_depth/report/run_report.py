@@ -532,11 +532,6 @@ def write_report(workdir: str) -> str:
   return path
 
 
-# A depth-L optimum whose excess over the full mixture is below this fraction of the loss (or
-# within 2 paired standard errors) counts as having reached the full mixture.
-SATURATION_FRACTION = 1e-3
-
-
 def _excess_text(entry: dict) -> str:
   """An excess over the full mixture with its paired se; float round-off prints as 0."""
   if abs(entry["excess"]) < 1e-12:
@@ -559,8 +554,9 @@ def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
   for bound in bounds:
     by_layers = bound[field]
     falls.append(1 - by_layers[1]["loss"] / by_layers[0]["loss"])
-    at_mixture = [entry["excess"] <= max(2 * entry["excess_se"],
-                                         SATURATION_FRACTION * bound["mixture"])
+    within_se = checks_lib.EXPONENT_STANDARD_ERRORS
+    at_mixture = [entry["excess"] <= max(within_se * entry["excess_se"],
+                                         checks_lib.SATURATION_FRACTION * bound["mixture"])
                   for entry in by_layers]
     # the least L with every L' >= L at the mixture (an average can rise again: 4 layers
     # cannot always copy the weights of 3), None if even the deepest is above it
@@ -582,11 +578,11 @@ def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
   if len(settled) < len(bounds):
     summary += (f"For {len(bounds) - len(settled)} of {len(bounds)} spectra it is still above "
                 f"the full mixture at L = {max_layers} (beyond 2 paired standard errors and "
-                f"{100 * SATURATION_FRACTION:g}% of the loss): deeper optima still improve "
+                f"{100 * checks_lib.SATURATION_FRACTION:g}% of the loss): deeper optima still improve "
                 "there.")
   elif positive_gains:
     summary += (f"From L = {max(settled)} on it stays at the full mixture (excess within 2 "
-                f"paired standard errors or {100 * SATURATION_FRACTION:g}% of the loss) for "
+                f"paired standard errors or {100 * checks_lib.SATURATION_FRACTION:g}% of the loss) for "
                 "every spectrum; with every gain positive no depth goes below the full "
                 "mixture, so deeper optima gain at most that excess: a drop within the first "
                 "layers, not a floor approached like 1/L.")
