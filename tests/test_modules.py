@@ -3,6 +3,8 @@ of one model) against the packed grid that training uses (inverse_depth.models):
 parameters give the same layer predictors, for every model of a grid of several depths.
 float64 (the `x64` fixture); compared to 1e-9 relative."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -17,9 +19,16 @@ DEPTHS = (1, 3, 2, 4)
 D, P, N, B = 4, 10, 8, 5
 
 
+@functools.cache
+def _batch_float32() -> tasks.Batch:
+  """One batch of contexts as float32 numpy arrays (x64 or not where it is first drawn)."""
+  batch = jax.jit(lambda key: tasks.sample_batch(key, B, d=D, P=P, a=0.5, b=0.25, task="topk",
+                                                 k=2))(jax.random.key(2))
+  return tasks.Batch(*[np.asarray(x, np.float32) for x in batch])
+
+
 def _batch():
-  batch = tasks.sample_batch(jax.random.key(2), B, d=D, P=P, a=0.5, b=0.25, task="topk", k=2)
-  return tasks.Batch(*[jnp.asarray(x, jnp.float64) for x in batch])
+  return tasks.Batch(*[jnp.asarray(x, jnp.float64) for x in _batch_float32()])
 
 
 @pytest.mark.parametrize("kind", MODELS)
@@ -45,7 +54,7 @@ def test_module_init_draws_the_grids_leaves(kind):
   """`init` gives the leaves (names, shapes) grid.init_model gives, and apply is pure."""
   module = modules.AttentionModel(kind=kind, depth=3, d=D, N=N,
                                   scales=InitScales(qk_init="identity", qk_scale=0.7))
-  batch = tasks.sample_batch(jax.random.key(0), B, d=D, P=P, a=0.0, b=0.0, task="topk", k=2)
+  batch = _batch_float32()
   variables = module.init(jax.random.key(5), batch)
   model_leaves, layer_leaves = init_model(jax.random.key(0), 3, d=D, N=N,
                                           scales=InitScales(), model=kind)
@@ -58,6 +67,5 @@ def test_module_init_draws_the_grids_leaves(kind):
 
 def test_unknown_kind_is_refused_naming_the_allowed_ones():
   module = modules.AttentionModel(kind="mamba", depth=1, d=D, N=N)
-  batch = tasks.sample_batch(jax.random.key(0), B, d=D, P=P, a=0.0, b=0.0, task="topk", k=2)
   with pytest.raises(ValueError, match="allowed softmax, linear"):
-    module.init(jax.random.key(0), batch)
+    module.init(jax.random.key(0), _batch_float32())
