@@ -285,7 +285,7 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
     return []
   target = paper.table1_floor("softmax", "topk", 2, 0.0, 0.0)
   lines = ["## Where the law appears: one problem under each training regime", "",
-           "Softmax, top-2, isotropic, d = 16, P = 128 (BUILD_NOTES.md \"The SGD law\"; "
+           "Softmax, top-2, isotropic, d = 16, P = 128 (BUILD_NOTES.md \"Where the law appears\"; "
            f"docs/regimes.md). Paper: L0 = {target:g} with alpha ~ 1, C_L and A_L - C_L level.",
            "",
            "| regime | run | depths | R_L | fit L0 (vs paper) | alpha | R^2 | C_L, last doubling "
