@@ -41,7 +41,7 @@ test-all: $(VENV)/.installed
 clean:
 	rm -rf $(VENV) runs
 
-# The training-regime study (BUILD_NOTES.md "Training regime"): the annealed demo grid
+# The training-regime study (BUILD_NOTES.md "Where the law appears" (docs/notes/annealed_adam.md)): the annealed demo grid
 # (quick_annealed.py, one seed) from the study's base regime (identity start at scale 1,
 # Adam 3e-3, cosine; quick_annealed.py itself uses depth_law.py's random start at 0.3 and
 # Adam 1e-3) and one change of it per regime, one workdir each under runs/regimes/.

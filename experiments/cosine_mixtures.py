@@ -10,7 +10,7 @@ controlled model with cosine-scoring layers) and the best mixture of at most L w
 gains, and the best mixture over the whole temperature grid (`theory.softmax_bound`). If the
 paper's depth law were the optimum of L cosine-ranking layers approaching its floor, these
 would fall like 1/L; at these sizes they drop once, at L = 2, and are within 0.1% of the full
-mixture from L = 3 (BUILD_NOTES "Depth law"). Writes results.json and report.md
+mixture from L = 3 (BUILD_NOTES "Where the law appears" (docs/notes/annealed_adam.md)). Writes results.json and report.md
 (`run_report.write_cosine_mixture_report`); about 2 minutes on 2 CPU cores.
 """
 

@@ -1,6 +1,6 @@
 """The SGD law's coefficients predicted from gradient noise, before looking at the depth curve.
 
-Hypothesis (BUILD_NOTES.md "The SGD law"): at a constant rate eta with momentum mu and batch B,
+Hypothesis (BUILD_NOTES.md "Where the law appears"): at a constant rate eta with momentum mu and batch B,
 SGD leaves each parameter fluctuating about the optimum, at an excess loss
 eta_eff tr(Sigma) / (4 B), eta_eff = eta / (1 - mu), Sigma the per-context gradient
 covariance (theory.sgd_stationary_excess). In a depth-L model whose layers all sit at the

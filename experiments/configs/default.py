@@ -1,6 +1,6 @@
 """Default experiment: both controlled models on the top-2 task, isotropic spectrum.
 
-Training regime (BUILD_NOTES.md "Training regime"): query and key weights start near the
+Training regime (BUILD_NOTES.md "Where the law appears" (docs/notes/annealed_adam.md)): query and key weights start near the
 identity, Adam, linear warm-up, cosine decay to zero at max_steps.
 
 Other configs import this one and override fields. Every field can also be

@@ -4,7 +4,7 @@
 
 Depths 1..64 (powers of two), 3 seeds, evaluation on 100,000 shared contexts so that depth
 differences of a few tenths of a percent are resolved by paired standard errors. Training
-regime (BUILD_NOTES.md "Training regime", "Depth law", "Convergence"): Adam 1e-3 with cosine
+regime (BUILD_NOTES.md "Where the law appears" (docs/notes/annealed_adam.md), "Depth law", "Convergence"): Adam 1e-3 with cosine
 decay to zero over 24000 steps (at 3e-3 for 3000 steps the depth-4 and depth-8 models end
 above the depth-2 one; every model ends lower when the schedule doubles, from 6000 to 12000
 steps by 0.04-0.9% and from 12000 to 24000 by 0.04-1.1% per depth, although every model met

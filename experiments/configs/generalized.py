@@ -19,12 +19,12 @@ training step of the whole C.3 grid is ~70x the controlled model's (13 s against
 at batch 256, 2 CPU cores). So at the `cpu` scale C.3 trains with batch 64 for 1000 steps
 (1.8 s a step) and diagnoses 512 contexts (one backward pass per model); every other kind
 trains 2000 steps at batch 256. Runtime on 2 shared CPU cores: 63 min (`cpu`), 43 min
-(`top16`). At this budget C.3 is still under-trained (BUILD_NOTES.md "Generalised models").
+(`top16`). At this budget C.3 is still under-trained (BUILD_NOTES.md "Generalised models and looped layers").
 `m_start_top16` (88 min) and `m_start` (top-2, 103 min) train the controlled model and
 C.3 only, with C.3 starting from m = -1 (the context-to-context mask of Bordelon et al.)
 instead of m = 0, for 4000 steps: from m = 0, m stays near 0 and the context
 updates stay nearly off (m is unidentifiable up to a rescaling of W_v, so it keeps its
-start; BUILD_NOTES.md "Generalised models"). `m_start` is the top-2 trend with the context
+start; BUILD_NOTES.md "Generalised models and looped layers"). `m_start` is the top-2 trend with the context
 updates on and the longer budget the under-trained 1000-step grid lacked.
 `depth_law_top16` (78 min) is `m_start_top16` in depth_law.py's regime at its former
 length (small random query/key start at scale 0.3, Adam 1e-3, 6000 steps, depths 1..16):
@@ -32,7 +32,7 @@ there every C.3 and controlled model trains, so it separates C.3's top-16 behavi
 the training failure of the deep models in `m_start_top16`.
 `single_stream` trains C.1 alone with the label embedding W_y drawn at scale 1/sqrt(d) =
 0.25 instead of 1, so that |W_y y_i| ~ |W_x x_i| in the keys (at 1 the labels outweigh the
-inputs about 4 to 1 and no depth-1 model leaves ~5.0: BUILD_NOTES.md "Generalised models").
+inputs about 4 to 1 and no depth-1 model leaves ~5.0: BUILD_NOTES.md "Generalised models and looped layers").
 """
 
 from experiments.configs import default, regimes

@@ -7,7 +7,7 @@ averaged over the last 12 evaluations (steps 3250..6000). It shows the law itsel
 R_L = L0 + c L^-alpha with alpha near one and L0 near the best single cosine-attention
 layer, with wider error bars than results/sgd_law/. A depth-L model relaxes about L times
 slower under SGD, so the depths stop at 16: with depths to 32 over 3000 steps the two
-deepest were not yet down and the fit read alpha 1.40, L0 +5% (BUILD_NOTES "make demo").
+deepest were not yet down and the fit read alpha 1.40, L0 +5% (BUILD_NOTES "`make demo`").
 The annealed Adam demo of before is quick_annealed.py.
 """
 

@@ -1,4 +1,4 @@
-"""The study's softmax training regimes, each defined once (BUILD_NOTES "The SGD law",
+"""The study's softmax training regimes, each defined once (BUILD_NOTES "Where the law appears",
 "Training regime"). A config applies one with `config.update(regimes.NAME)` and names it in
 its docstring.
 

@@ -8,7 +8,7 @@ near 0.73^2 N cos = 17 cos, the temperature of the best single cosine-attention 
 (theory.softmax_bound). Depths 1..64 (powers of two), 3 seeds. A constant-rate iterate
 fluctuates (single evaluations move by several %), so every reported R, A and C is the
 average over the last `stationary_evals` evaluations (one every 250 steps), and each
-model is tested for stationarity over that window (BUILD_NOTES.md "Stationary evaluation").
+model is tested for stationarity over that window (BUILD_NOTES.md "The SGD law: machinery").
 Committed results: results/sgd_law/.
 """
 

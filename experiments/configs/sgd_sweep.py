@@ -10,7 +10,7 @@
 
 sgd_law.py's regime (regimes.SGD_LAW) with `rate_factors` (1/3, 1, 10/3) of its 3e-3: every
 model is trained at each rate from the same start on the same stream, so the three rates are
-paired. The hypothesis under test (BUILD_NOTES "The SGD law"): the depth term c and the
+paired. The hypothesis under test (BUILD_NOTES "Where the law appears"): the depth term c and the
 floor's excess over the best single cosine layer both grow in proportion to
 eta_eff / B = rate / ((1 - momentum) batch). Depths 1..32 at batch 256 and 1..16 at batch
 1024 (four times the work per step), 2 seeds, 12000 steps and the last 16 evaluations
@@ -19,7 +19,7 @@ averaged, as in sgd_law.py: there the validation losses still fell 1-2% over ste
 justified. Cost on 2 CPU cores, from sgd_law.py's 0.37 s per step for 381 layers at batch
 256: about 75 min at batch 256 (378 layers) and 2.5 h at batch 1024 (186 layers, 4x batch).
 The two full sweeps are not yet run; `:quick` (depths 1..8, 6000 steps, about 10 min) is
-results/sgd_sweep/b256 (BUILD_NOTES "The SGD law").
+results/sgd_sweep/b256 (BUILD_NOTES "Where the law appears").
 """
 
 from experiments.configs import sgd_law

@@ -6,7 +6,7 @@ Two scale tiers, named after the config file: `cpu` (default; every table on 2 C
     python -m experiments.run --config=experiments/configs/table1.py:paper --workdir=DIR
 
 Sizes are the paper's (BUILD_NOTES "Sizes"): softmax d = 16, P = 128; linear d = 128,
-P = 1024. Each model kind trains under its own regime (BUILD_NOTES "Training regime",
+P = 1024. Each model kind trains under its own regime (BUILD_NOTES "Where the law appears" (docs/notes/annealed_adam.md),
 "Linear floor"), set through config.model_overrides so that one run holds both kinds.
 """
 
@@ -29,7 +29,7 @@ TABLE2_SPECTRA = ((2.0, 0.5), (2.0, 1.0), (2.0, 1.5), (2.0, 2.0), (0.5, 2.0), (1
 TABLE4_TOP2_SPECTRA = ((0.25, 0.25), (0.25, 0.5), (0.5, 0.5))
 TABLE4_TOP16_SPECTRA = ((0.0, 0.25), (0.0, 0.5), (0.25, 0.25), (0.25, 0.5))
 
-# Softmax training regimes (BUILD_NOTES "Training regime", "Reproduction at the cpu tier"):
+# Softmax training regimes (BUILD_NOTES "Where the law appears" (docs/notes/annealed_adam.md), "Reproduction at the cpu tier"):
 # depth_law.py's for a long budget; the cosine-scorer start at 3e-3 for the cpu tier's 1500
 # steps, where depth_law.py's regime leaves every depth 3-4% above the single-layer bound
 # and one (1, 0) model stuck (runs/rep4, BUILD_NOTES).
@@ -59,12 +59,12 @@ def check_tier(tier: str) -> dict:
 def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
   """The default config at tier `tier`. Softmax trains in the tier's regime: at the paper
   tier depth_law.py's (small random query/key start, Adam 1e-3, cosine decay to zero over
-  its 24000 steps; BUILD_NOTES "Depth law"); at the cpu tier's 1500 steps the cosine-scorer
+  its 24000 steps; BUILD_NOTES "Where the law appears" (docs/notes/annealed_adam.md)); at the cpu tier's 1500 steps the cosine-scorer
   start at Adam 3e-3, which ends nearer the single-layer optimum in that budget. Linear
   trains under its own regime: Adam 3e-4, batch 64, orthogonal input map, and the
   gradient-descent start (every gain W_o W_v^j W_y = 1, identity query/key at scale
   sqrt(d L)), so that a depth-L linear model starts as L unit steps of gradient descent on
-  the context (BUILD_NOTES "Reproduction at the cpu tier")."""
+  the context (BUILD_NOTES "The paper's tables under Adam")."""
   tier_fields = check_tier(tier)
   config = default.get_config()
   config.update(regimes.ADAM_COSINE_IDENTITY)  # then the tier's softmax regime, below
@@ -100,7 +100,7 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
 # --config.spectra and join the runs (experiments.join_runs). The `short` tier is what one
 # session of 2 cores affords for all three tables (about 1.5 h together): one seed, 6000
 # steps, the last 12 evaluations averaged; at 6000 steps a depth-32 model of the isotropic
-# task sits within 0.2% of its 12000-step loss (BUILD_NOTES "The SGD law").
+# task sits within 0.2% of its 12000-step loss (BUILD_NOTES "Where the law appears").
 SGD_TIERS = ("short", "cpu", "paper")
 _SGD_TIER_FIELDS = {
     "short": dict(depths=(1, 2, 4, 8, 16, 32), num_seeds=1, max_steps=6000, stationary_evals=12,
