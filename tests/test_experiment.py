@@ -378,6 +378,7 @@ def test_an_ensemble_with_an_outlier_member_is_flagged_by_name():
   assert not clean.passed and "softmax-ensemble L=8 seed 1" in clean.text
 
 
+@pytest.mark.slow  # 10-35 s: kept out of `make test` for its 15-minute budget
 def test_ensemble_control_matches_models_trained_alone(tmp_path):
   """The ensemble control's first member of each seed is the grid's one-layer model (same
   key, same stream: a model in a grid equals the model alone), and its depth-L record is

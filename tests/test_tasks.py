@@ -233,6 +233,7 @@ def test_sample_context_vmaps_over_keys_and_exponents(topk_batch):
   assert (x_new ** 2).sum() < (x_old ** 2).sum()
 
 
+@pytest.mark.slow  # 10-35 s: kept out of `make test` for its 15-minute budget
 def test_a_slice_of_a_batch_can_be_drawn_on_its_own():
   """sample_batch(key, n)[i:j] == sample_contexts(split(key, n)[i:j]): evaluation sets too
   large for memory are drawn chunk by chunk and are still the same contexts."""

@@ -229,6 +229,7 @@ def test_linear_floor_isotropic_and_residual_mean():
   assert residuals_B.std(ddof=1) / np.sqrt(2000) == pytest.approx(result["floor_se"], rel=1e-9)
 
 
+@pytest.mark.slow  # 10-35 s: kept out of `make test` for its 15-minute budget
 def test_context_floor_is_least_squares_on_explicit_sample_covariance_powers():
   """context_floor = min_w mean_n (t - sum_r w_r S^r x)^T Omega (t - sum_r w_r S^r x) over the
   same contexts, with S = X^T X / P, Omega = O diag(omega) O^T built explicitly per context
@@ -257,6 +258,7 @@ def test_context_floor_is_least_squares_on_explicit_sample_covariance_powers():
   assert 0 < result["context_floor_se"] < result["context_floor"]
 
 
+@pytest.mark.slow  # 10-35 s: kept out of `make test` for its 15-minute budget
 def test_context_floor_approaches_the_population_floor_as_P_grows():
   """S -> Sigma as P -> infinity at fixed k. With k = 8 of P = 32 the powers S^r q lean on
   the selected inputs and the context floor is >10% below the population one; at P = 1024

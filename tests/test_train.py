@@ -406,6 +406,7 @@ def test_orthogonal_input_map_has_the_gaussian_mean_gram_without_spread():
   assert spread.max() / spread.min() > 1.5  # what the orthogonal start removes
 
 
+@pytest.mark.slow  # 10-35 s: kept out of `make test` for its 15-minute budget
 def test_spectrum_axis_equals_each_spectrum_trained_alone():
   """One grid over two spectra (replicates spectrum-major) trains every (spectrum, seed,
   depth) model exactly as a grid of that spectrum alone: same init, same stream."""
