@@ -41,8 +41,6 @@ from inverse_depth.models import MODELS
 from inverse_depth.models.softmax import layer_norm
 from inverse_depth.tasks import Batch
 
-PARALLEL_SOFTMAX = ("softmax", "per_layer_values", "looped", "context_updates")
-
 
 class AttentionModel(nn.Module):
   """One model of kind `kind` with `depth` layers. `__call__(batch)` returns the layer

@@ -7,15 +7,14 @@ config), a verdict counted from the checks (reproduced: every check passes; not 
 every check misses; partly: m of n pass) and the folders that hold the runs.
 """
 
-import json
 import os
 
 import numpy as np
 
-from inverse_depth import analysis, checks, paper
+from inverse_depth import analysis, checks, paper, records
 from inverse_depth.report import combined_report
 from inverse_depth.files import write_text_atomic
-from inverse_depth.workdir import RESULTS_FILE, read_metrics
+from inverse_depth.workdir import read_metrics
 
 # The committed runs each row reads, from the repository root.
 SGD_LAW = "results/sgd_law"
@@ -41,16 +40,12 @@ APPENDIX_C = (
 
 
 def _load(folder: str, root: str) -> dict | None:
-  path = os.path.join(root, folder, RESULTS_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+  return records.load_results(root, [folder]).get(folder)
 
 
 def regime_name(config: dict, model: str = "softmax") -> str:
   """The training regime of a run's `model` models in words (docs/regimes.md)."""
-  config = dict(config, **(config.get("model_overrides") or {}).get(model, {}))
+  config = records.kind_config(config, model)
   optimizer, schedule = config["optimizer"], config["schedule"]
   if optimizer == "sgd" and schedule == "constant":
     return "constant-step SGD"
@@ -66,10 +61,6 @@ def verdict(found: list[checks.Check]) -> str:
   if passed == len(found):
     return "**reproduced**"
   return "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
-
-
-def _softmax_fits(results: dict | None, model: str = "softmax") -> list[dict]:
-  return [fit for fit in (results or {}).get("fits", []) if fit["model"] == model]
 
 
 def _law_cell(fit: dict) -> str:
@@ -98,7 +89,7 @@ def law_rows(root: str) -> list[dict]:
   rows = []
   for folder in (SGD_LAW, ANNEALED_LAW):
     results = _load(folder, root)
-    fits = _softmax_fits(results)
+    fits = records.fits_of(results, "softmax")
     found = [check for fit in fits for check in (checks.depth_law(fit),
                                                  checks.softmax_floor(fit)) if check]
     rows.append(_row("R_L = L0 + c L^-alpha, alpha ~ 1 (top-2, isotropic, L to 64)",
@@ -106,7 +97,7 @@ def law_rows(root: str) -> list[dict]:
                      results, found, [folder]))
   folder = f"{SGD_TABLES}/table1"
   results = _load(folder, root)
-  fits = _softmax_fits(results)
+  fits = records.fits_of(results, "softmax")
   rows.append(_row("R_L = L0 + c L^-alpha on the seven Table 1 spectra (L to 32)",
                    "alpha ~ 1, R^2 >= 0.998", ", ".join(
                        f"({fit['a']:g}, {fit['b']:g}) "
@@ -127,7 +118,7 @@ def table_rows(root: str) -> list[dict]:
   rows = []
   for folder in (f"{SGD_TABLES}/table1", f"{ADAM_TABLES}/table1"):
     results = _load(folder, root)
-    fits = _softmax_fits(results)
+    fits = records.fits_of(results, "softmax")
     found = [check for fit in fits for check in [checks.softmax_floor(fit)] if check]
     rows.append(_row("Table 1: softmax floors, fitted L0 (7 spectra)",
                      "2.007 ... 0.341", "L0 vs paper: " + _percents(fits, _floor_text),
@@ -148,13 +139,12 @@ def table_rows(root: str) -> list[dict]:
   rows.append(_row("Table 2: linear exponents between zeta and 2 zeta (easy task)",
                    "1.12 ... 3.31", ", ".join(
                        f"({fit['a']:g}, {fit['b']:g}) {fit['alpha']:.2f}"
-                       for fit in _softmax_fits(table2, "linear")),
+                       for fit in records.fits_of(table2, "linear")),
                    table2, found, [f"{ADAM_TABLES}/table2"], model="linear"))
-  grids = [(fit, [r for r in results["runs"] if all(
-      r.get(field) == fit.get(field) for field in analysis.GRID_FIELDS)])
+  grids = [(fit, records.runs_of(results, fit))
            for name in ("table1", "table3_top2", "table3")
            for results in [_load(f"{ADAM_TABLES}/{name}", root)] if results
-           for fit in _softmax_fits(results, "linear")]
+           for fit in records.fits_of(results, "linear")]
   found = combined_report.table3_section(grids)[1] if grids else []
   rows.append(_row("Table 3: trained linear floor = theory T - h^T G^+ h", "within ~1%",
                    f"{sum(check.passed for check in found)} of {len(found)} grids within "
@@ -165,7 +155,8 @@ def table_rows(root: str) -> list[dict]:
                                     ("table4_top16", "4 top-16 spectra", "0.79 ... 0.88")):
     for tables_root in (SGD_TABLES, ADAM_TABLES):
       results = _load(f"{tables_root}/{name}", root)
-      fits = [fit for fit in _softmax_fits(results) if checks.table4_exponent(fit)]
+      fits = [fit for fit in records.fits_of(results, "softmax")
+              if checks.table4_exponent(fit)]
       rows.append(_row(f"Table 4: softmax depth exponents ({spectra})", paper_text, ", ".join(
           f"({fit['a']:g}, {fit['b']:g}) "
           + (f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2g}" if fit["resolved"] else "none")
@@ -174,7 +165,7 @@ def table_rows(root: str) -> list[dict]:
   low, high = paper.TABLE5_ALPHA_RANGE
   for folder in (f"{SGD_TABLES}/table1", f"{ADAM_TABLES}/table1"):
     results = _load(folder, root)
-    fits = _softmax_fits(results)
+    fits = records.fits_of(results, "softmax")
     gaps = [(fit, analysis.gap_fit_of(fit)) for fit in fits]
     found = [checks.table5_gap_exponent(fit, gap) for fit, gap in gaps]
     rows.append(_row("Table 5: gap exponent of L0 - C_L", f"{low} ... {high}", ", ".join(
@@ -183,7 +174,7 @@ def table_rows(root: str) -> list[dict]:
         for fit, gap in gaps), results, found, [folder]))
   for folder in (SGD_LAW, f"{SGD_TABLES}/table1", ANNEALED_LAW):
     results = _load(folder, root)
-    fits = _softmax_fits(results)
+    fits = records.fits_of(results, "softmax")
     found = [check for fit in fits for field in ("shared_error", "disagreement")
              for check in [checks.levels_off(fit, field)] if check]
     rows.append(_row("C_L and A_L - C_L level off at the deepest depths", "level", "; ".join(
@@ -223,8 +214,8 @@ def appendix_rows(root: str) -> list[dict]:
   for claim, run, model, paper_text, control_run, paper_finds_law in APPENDIX_C:
     folder = f"{GENERALIZED}/{run}"
     results = _load(folder, root)
-    fits = _softmax_fits(results, model)
-    control = _softmax_fits(_load(f"{GENERALIZED}/{control_run}", root))
+    fits = records.fits_of(results, model)
+    control = records.fits_of(_load(f"{GENERALIZED}/{control_run}", root), "softmax")
     found = [checks.depth_law(fit) for fit in fits]
     ours = "; ".join(f"{model}: {_law_cell(fit)}" for fit in fits)
     untestable = None
