@@ -5,6 +5,10 @@ results.json, figures/ and report.md. Rerunning the same command resumes from
 the newest checkpoint (finished grids are not retrained); SIGTERM or Ctrl-C
 saves a checkpoint and stops. A workdir holding another config is refused
 unless --start_over is given (the old one is moved aside, not deleted).
+
+Several hosts: start the same command on every host with --distributed (and, outside
+SLURM and TPU pods, --coordinator_address, --num_processes and --process_id); README
+"Several devices and hosts".
 """
 
 import logging as std_logging
@@ -15,7 +19,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from inverse_depth import checkpoint, config as config_lib, experiment
+from inverse_depth import checkpoint, config as config_lib, experiment, hosts
 from inverse_depth.report import run_report
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/quick.py",
@@ -27,6 +31,16 @@ _START_OVER = flags.DEFINE_bool(
 _XLA_CACHE = flags.DEFINE_string(
     "xla_cache_dir", "~/.cache/inverse_depth/xla", "Persistent XLA compilation cache (reruns "
     "and resumes reuse compiled steps); empty to disable.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Run as one of several processes (jax.distributed.initialize): "
+    "every process runs the same command; process 0 writes the workdir.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "With --distributed: host:port of process 0 (leave unset on "
+    "SLURM and TPU pods, where JAX finds it).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None,
+                                      "With --distributed: how many processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None,
+                                   "With --distributed: this process's index, 0 .. n - 1.")
 
 
 class _OrbaxWarningsOnly(std_logging.Filter):
@@ -42,8 +56,16 @@ def main(argv):
   logging.get_absl_handler().addFilter(_OrbaxWarningsOnly())
   if _XLA_CACHE.value and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(_XLA_CACHE.value))
+  if _DISTRIBUTED.value:
+    hosts.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  elif _COORDINATOR.value or _NUM_PROCESSES.value is not None or _PROCESS_ID.value is not None:
+    print("error: --coordinator_address, --num_processes and --process_id need --distributed",
+          file=sys.stderr)
+    sys.exit(2)
   try:
     experiment.run(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
+    if not hosts.is_writer():
+      return
     run_report.write_report(_WORKDIR.value)
   except (config_lib.ConfigError, experiment.WorkdirConflict,
           checkpoint.CheckpointMismatch) as error:

@@ -26,6 +26,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
+from inverse_depth import hosts
 from inverse_depth.train import TrainState
 
 
@@ -34,10 +35,11 @@ class CheckpointMismatch(RuntimeError):
 
 
 def state_checksum(state: TrainState) -> str:
-  """SHA-256 over the shape, dtype and bytes of every leaf, in tree order."""
+  """SHA-256 over the shape, dtype and bytes of every (whole, gathered) leaf, in tree
+  order; under several processes every process computes the same digest."""
   digest = hashlib.sha256()
   for leaf in jax.tree.leaves(state):
-    array = np.asarray(leaf)
+    array = hosts.to_host(leaf)
     digest.update(f"{array.shape}{array.dtype}".encode())
     digest.update(np.ascontiguousarray(array).tobytes())
   return digest.hexdigest()
@@ -137,12 +139,15 @@ class GridCheckpoints:
           "same number of devices, or use a new --workdir / --start_over.")
 
   def _quarantine(self, step: int, problem: str) -> None:
-    """Moves a bad step to <directory>.corrupt/ and reopens the manager without it."""
+    """Moves a bad step to <directory>.corrupt/ and reopens the manager without it (every
+    process finds the same problem; process 0 moves the files)."""
     destination = os.path.join(f"{self.directory}.corrupt", f"{step}-{int(time.time())}")
     logging.warning("Checkpoint %s/%d is %s; moved to %s and falling back to the previous "
                     "one.", self.directory, step, problem, destination)
-    os.makedirs(os.path.dirname(destination), exist_ok=True)
-    shutil.move(os.path.join(self.directory, str(step)), destination)
+    if hosts.is_writer():
+      os.makedirs(os.path.dirname(destination), exist_ok=True)
+      shutil.move(os.path.join(self.directory, str(step)), destination)
+    hosts.barrier(f"quarantine {self.directory}/{step}")
     self._manager.close()
     self._manager = ocp.CheckpointManager(self.directory, options=self._options)
 

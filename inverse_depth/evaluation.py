@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inverse_depth import analysis, diagnostics, models, tasks
+from inverse_depth import analysis, diagnostics, hosts, models, tasks
 from inverse_depth.config import GridSpec
 from inverse_depth.train import GridTrainer
 
@@ -86,7 +86,7 @@ class GridEvaluator:
     self.problem = trainer.problem
     self.diagnostic_names = diagnostics_of(trainer.model)
     self._layer_predictions = models.LAYER_PREDICTIONS[trainer.model]
-    self._diagnose = jax.jit(self._chunk_diagnostics)
+    self._diagnose = jax.jit(self._chunk_diagnostics, out_shardings=trainer.replicated)
 
   def _chunk_diagnostics(self, params, batch: tasks.Batch, rotations_BDD: jax.Array,
                          group: jax.Array, view_weights_VT: jax.Array) -> dict:
@@ -165,7 +165,7 @@ class GridEvaluator:
 
   def _member_params(self, params, replicate: int, members: list[int]) -> list[tuple]:
     """(model leaves, layer leaves [depth, ...]) of each member of one replicate, in numpy."""
-    replicate_params = jax.tree.map(lambda x: np.asarray(x[replicate]), params)
+    replicate_params = jax.tree.map(lambda x: hosts.to_host(x[replicate]), params)
     return [self.trainer.layout.model_params(replicate_params, member) for member in members]
 
   def diagnostic_fields(self, found: dict, params, replicate: int, seed_index: int,

@@ -17,6 +17,10 @@ Stationary evaluation (`stationary_evals` K > 1): training also checkpoints at e
 its last K evaluations, and the evaluation reads those states back and reports time
 averages over them (`evaluation.GridEvaluator.run_records`), so an interrupted run loses
 none of them.
+
+Several processes (`inverse_depth.hosts`): every process runs this same code on the same
+config and computes the same results; process 0 alone writes the workdir's files, and the
+checkpoints are saved and restored by all together.
 """
 
 import contextlib
@@ -31,7 +35,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from inverse_depth import analysis, config as config_lib, theory
+from inverse_depth import analysis, config as config_lib, hosts, theory
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.config import GridSpec
 from inverse_depth.evaluation import GridEvaluator
@@ -74,11 +78,21 @@ class StopSignals:
     os.write(2, f"Received {signal.Signals(signum).name}: saving a checkpoint at the end of the "
              "current chunk, then stopping (Ctrl-C again stops at once).\n".encode())
 
+  def requested(self) -> bool:
+    """Whether a stop was requested here or, under several processes, on any process (a
+    collective there: every process asks at the same point)."""
+    return hosts.any_process(self.received is not None)
+
+  def interrupted(self, where: str) -> Interrupted:
+    """The exception that reports the stop (SIGTERM when another process received it)."""
+    signum = self.received or signal.SIGTERM
+    return Interrupted(signum, f"Stopped by {signal.Signals(signum).name} {where}. Rerun the "
+                       "same command to resume.")
+
   def check(self, where: str) -> None:
-    """Raises Interrupted if a stop was requested."""
-    if self.received is not None:
-      raise Interrupted(self.received, f"Stopped by {signal.Signals(self.received).name} "
-                        f"{where}. Rerun the same command to resume.")
+    """Raises Interrupted if a stop was requested (on any process)."""
+    if self.requested():
+      raise self.interrupted(where)
 
   def __exit__(self, *exc_info):
     for signum, handler in self._previous.items():
@@ -143,8 +157,9 @@ def _cached_bound(spec: GridSpec, a: float, b: float, workdir: str) -> dict | No
     logging.info("[%s] theory bound %.4g (+- %.2g) from %d contexts in %.0f s",
                  bound_name(spec.model, a, b), bound["reference"], bound["reference_se"],
                  spec.bound_samples, time.time() - start)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_json_atomic(path, bound)
+    if hosts.is_writer():
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      write_json_atomic(path, bound)
   return bound
 
 
@@ -237,26 +252,32 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
       state, meta = restored
       previous_time_s = meta["train_time_s"]
       logging.info("[%s] resuming from the checkpoint at step %d", spec.name, int(state.step))
-    metrics.drop_after(spec.label, spec.problem.spectra, int(state.step))
+    if hosts.is_writer():
+      metrics.drop_after(spec.label, spec.problem.spectra, int(state.step))
     train_time_s = previous_time_s
     for state, progress in trainer.fit(state, val_sets, spec.eval_chunk_size):
       train_time_s = previous_time_s + progress["elapsed_s"]
       per_model = {k: v for k, v in progress.items() if isinstance(v, list)}
-      metrics.append([
-          dict(model=spec.label, a=spec.problem.spectra[spectrum][0],
-               b=spec.problem.spectra[spectrum][1],
-               learning_rate=spec.train.learning_rate * rate_factor, train_time_s=train_time_s,
-               **{k: v for k, v in progress.items() if k not in per_model},
-               **{k: v[g * num_seeds:(g + 1) * num_seeds] for k, v in per_model.items()})
-          for g, (spectrum, rate_factor) in enumerate(trainer.groups)])
+      if hosts.is_writer():
+        metrics.append([
+            dict(model=spec.label, a=spec.problem.spectra[spectrum][0],
+                 b=spec.problem.spectra[spectrum][1],
+                 learning_rate=spec.train.learning_rate * rate_factor,
+                 train_time_s=train_time_s,
+                 **{k: v for k, v in progress.items() if k not in per_model},
+                 **{k: v[g * num_seeds:(g + 1) * num_seeds] for k, v in per_model.items()})
+            for g, (spectrum, rate_factor) in enumerate(trainer.groups)])
       logging.info("[%s] step %d/%d  %.0fs trained, <= %.0fs left  val R: %s  converged %d/%d",
                    spec.name, progress["step"], spec.train.max_steps, train_time_s,
                    progress["eta_max_s"], _validation_text(spec, progress["val_loss"]),
                    int(np.sum(progress["converged"])), np.size(progress["converged"]))
-      if (progress["step"] % spec.checkpoint_every == 0 or stop.received is not None
+      stopping = stop.requested()  # asked once: the checkpoint and the stop agree
+      if (progress["step"] % spec.checkpoint_every == 0 or stopping
           or progress["step"] in spec.stationary_steps):  # the averaged evaluations' states
         checkpoints.save(state, train_time_s=train_time_s)
-      stop.check(f"in grid {spec.name} at step {progress['step']} (checkpoint saved)")
+      if stopping:
+        raise stop.interrupted(f"in grid {spec.name} at step {progress['step']} "
+                               "(checkpoint saved)")
     checkpoints.save(state, train_time_s=train_time_s)  # the trained models, kept for analysis
   return state, train_time_s
 
@@ -291,18 +312,18 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
   grid layout, and Interrupted when SIGTERM/SIGINT stopped training (after a
   checkpoint).
   """
-  if jax.process_count() > 1:
-    raise NotImplementedError("multi-process (jax.distributed) runs are not supported yet: "
-                              "see README, 'Several devices and hosts'")
   config_lib.validate(config)
   started = provenance()  # the code that trains is the code at the start
   config_dict = config.to_dict()
   specs = config_lib.grid_specs(config)  # the typed settings every later step reads
-  if start_over:
+  if start_over and hosts.is_writer():
     move_aside(workdir)
+  hosts.barrier("workdir moved aside")
   check_workdir(config_dict, workdir)
-  os.makedirs(os.path.join(workdir, "grids"), exist_ok=True)
-  write_json_atomic(os.path.join(workdir, CONFIG_FILE), config_dict)
+  hosts.barrier("workdir checked")  # before process 0 writes config.json
+  if hosts.is_writer():
+    os.makedirs(os.path.join(workdir, "grids"), exist_ok=True)
+    write_json_atomic(os.path.join(workdir, CONFIG_FILE), config_dict)
   all_runs, fits, grid_times, trained = [], [], [], []
   with StopSignals() as stop:
     for spec in specs:
@@ -315,7 +336,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
         stop.check(f"before grid {spec.name}")
         bounds = [_cached_bound(spec, a, b, workdir) for a, b in spec.problem.spectra]
         grid = train_grid(spec, workdir, stop, bounds)
-        write_json_atomic(grid_path, grid)
+        if hosts.is_writer():
+          write_json_atomic(grid_path, grid)
         trained.append(spec.name)
       all_runs.extend(grid["runs"])
       # grids saved before rate sweeps existed have one group per spectrum and no "groups"
@@ -332,6 +354,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
                  runs=all_runs, fits=fits, config=config_dict,
                  config_hash=config_lib.config_hash(config_dict),
                  wall_time_s=float(sum(grid_times)),  # training + evaluation, all grids
-                 backend=jax.default_backend(), num_devices=jax.device_count())
-  write_json_atomic(os.path.join(workdir, RESULTS_FILE), results)
+                 backend=jax.default_backend(), num_devices=jax.device_count(),
+                 num_processes=jax.process_count())
+  if hosts.is_writer():
+    write_json_atomic(os.path.join(workdir, RESULTS_FILE), results)
   return results

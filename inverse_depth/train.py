@@ -39,7 +39,10 @@ the device count, a frozen padding model of the missing depth is appended to
 the layout: it is never updated, never reported, and changes no other model.
 On one device nothing is padded. Results on 1 and 8 devices agree to float
 tolerance at first (summation order differs), not bit for bit; the padding
-model makes a checkpoint specific to its device count.
+model makes a checkpoint specific to its device count. Under several processes
+(`inverse_depth.hosts`) the mesh spans every process's devices, and the
+functions whose results a host reads (predictions, attention mass, the training
+loss) return replicated arrays.
 """
 
 import dataclasses
@@ -172,7 +175,7 @@ LAYER_AXIS = "layers"
 
 
 def default_mesh() -> Mesh:
-  """All devices JAX sees along the layer axis (one process; see README for multi-host)."""
+  """Every device of every process along the layer axis (inverse_depth.hosts)."""
   return Mesh(np.array(jax.devices()), (LAYER_AXIS,))
 
 
@@ -222,9 +225,11 @@ class GridTrainer:
     self.train_chunk = jax.jit(self._train_chunk, donate_argnums=0,
                                in_shardings=(self.state_shardings,),
                                out_shardings=(self.state_shardings, self.replicated))
-    self.layer_predictions = jax.jit(self._group_layer_predictions)
+    # Replicated outputs: every process reads whole predictions (inverse_depth.hosts).
+    self.layer_predictions = jax.jit(self._group_layer_predictions,
+                                     out_shardings=self.replicated)
     self.selected_mass = (None if self._attention is None
-                          else jax.jit(self._group_selected_mass))
+                          else jax.jit(self._group_selected_mass, out_shardings=self.replicated))
     self.update_convergence = jax.jit(self._update_convergence, donate_argnums=0,
                                       out_shardings=self.state_shardings)
 
