@@ -1,0 +1,54 @@
+"""The generalised models (paper appendix C) and looped layers in the SGD law's regime, beside
+the controlled softmax model of the same run.
+
+    python -m experiments.run --config=experiments/configs/sgd_generalized.py:top2,short \
+        --workdir=runs/sgd_generalized_top2_short
+
+The argument is "VARIANT,TIER". Variants (VARIANTS): `top2` trains the controlled model,
+single stream (C.1) and per-layer values (C.2) on the top-2 task; `looped` the controlled
+model and looped layers with every layer's W_q, W_k tied (loop_group 0); `looped4` looped
+layers tied in groups of 4 consecutive layers (its untied and fully tied neighbours are
+`looped`'s two grids, trained on the same seeds and stream, so identical models);
+`context_updates` and `context_updates_top16` the controlled model and context updates (C.3)
+at top-2 and top-16, C.3 starting from m = -1 (from m = 0 it keeps m near 0:
+docs/notes/generalized.md). Tiers are tables.py's SGD tiers (`short`: depths 1..32, one
+seed, 6000 steps, the last 12 evaluations averaged; `cpu`: 2 seeds, 12000 steps; `paper`:
+to depth 256, 3 seeds).
+
+The regime is sgd_law.py's (regimes.SGD_LAW: SGD, momentum 0.9, constant rate 3e-3, batch
+256, query/key started at the identity at the top-k optimum's temperature, stationary
+evaluation), isotropic spectrum, d = 16, P = 128, N = 32. The single stream's label
+embedding W_y starts at 1/sqrt(d) (generalized.py:single_stream: at 1 the labels outweigh
+the inputs in the keys and no depth-1 model trains). Costs on 2 CPU cores at the short
+tier, scaled from results/generalized's grid times: about 6 min for the controlled and each
+looped grid, 8 min for C.1, 10 min for C.2; C.3 costs ~70 x the controlled model per step
+at P = 128 (context attention is P x P), several hours at batch 256: an accelerator's run.
+"""
+
+from experiments.configs import tables
+from inverse_depth.config import ConfigError
+
+# variant -> (model kinds, k, loop_group)
+VARIANTS = {
+    "top2": ("softmax,single_stream,per_layer_values", 2, 0),
+    "looped": ("softmax,looped", 2, 0),
+    "looped4": ("looped", 2, 4),
+    "context_updates": ("softmax,context_updates", 2, 0),
+    "context_updates_top16": ("softmax,context_updates", 16, 0),
+}
+
+
+def get_config(argument: str = "top2,short"):
+  variant, _, tier = argument.partition(",")
+  if variant not in VARIANTS:
+    raise ConfigError(f"sgd_generalized variant {variant!r} does not exist: allowed "
+                      f"{', '.join(VARIANTS)} (argument VARIANT,TIER)")
+  model, k, loop_group = VARIANTS[variant]
+  config = tables.sgd_law_base(tier or "short", k, ((0.0, 0.0),))
+  config.model = model
+  config.loop_group = loop_group
+  # Per kind: the controlled model's W_y keeps the scale that sets its starting gains.
+  config.model_overrides.single_stream = dict(
+      W_y_init_scale=1 / config.sizes.single_stream.d ** 0.5)
+  config.model_overrides.context_updates = dict(context_update_m_init=-1.0)
+  return config
