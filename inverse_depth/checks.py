@@ -53,8 +53,8 @@ UNDER_TRAINED_FALL = 0.01
 # (report.run_report.write_cosine_mixture_report).
 SATURATION_FRACTION = 1e-3
 
-CLAIMS = ("depth law", "Table 1 softmax floor", "Table 1 linear floor", "softmax below linear",
-          "linear flat in depth", "Table 2 exponent band", "Table 3 linear theory",
+CLAIMS = ("depth law", "no depth law", "Table 1 softmax floor", "Table 1 linear floor",
+          "softmax below linear", "linear flat in depth", "Table 2 exponent band", "Table 3 linear theory",
           "Table 4 exponent", "Table 5 gap exponent", "C_L levels off", "A_L - C_L levels off",
           "easy task", "one layer near its bound", "loss monotone in depth", "identity exact",
           "models converged", "models stationary", "off the uniform plateau", "clean run")

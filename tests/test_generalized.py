@@ -500,7 +500,10 @@ def test_generalized_report(generalized_root):
   assert "; m g_2/g_1 = " in text
   assert "| m_start_top16 | 2 | " in text  # the loss-along-m table
   assert "| flat (m never enters) |" in text
-  assert "| depth | looped R_L | parameters | untied R_L | parameters |" in text
+  assert ("| depth | untied: R_L | parameters | looped, all tied: R_L | parameters |"
+          in text)
+  assert "## Appendix C claims in both regimes" in text
+  assert "| claim | the paper | annealed Adam | constant-step SGD | holds in |" in text
   for figure in ("context_updates", "looped", "generalized_depth", "generalized_decomposition",
                  "training_generalized_top16", "looped_depth"):
     assert os.path.isfile(os.path.join(generalized_root, "figures", figure + ".png")), figure
@@ -571,3 +574,47 @@ def test_generalized_suite_refuses_the_paper_tier(capsys):
     logging.get_absl_logger().setLevel(level)
   assert exit_info.value.code == 2
   assert "--tier=paper: the generalized suite has the cpu scale only" in capsys.readouterr().err
+
+
+LAW = [2 + 1 / 2 ** i for i in range(6)]
+FLAT = [2.05, 2.04, 2.05, 2.04, 2.05, 2.04]
+
+
+@pytest.mark.parametrize("variant,control,paper_finds_law,expected", [
+    (LAW, LAW, True, "holds"),
+    (FLAT, LAW, True, "fails"),
+    (FLAT, LAW, False, "holds"),  # the top-16 claim: the law goes
+    (LAW, LAW, False, "fails"),
+    (LAW, FLAT, True, "not testable"),  # the controlled model has no law to keep
+    (LAW, None, True, "not testable"),
+    (None, LAW, True, "not run"),
+    (FLAT, LAW, None, "no claim"),  # looped layers
+])
+def test_claim_status_needs_the_controlled_models_law(variant, control, paper_finds_law,
+                                                      expected):
+  def fit(model, losses):
+    return losses and dict(_grid_fit(model, 2, losses), task="topk", a=0.0, b=0.0)
+  status, found = generalized_report.claim_status(fit("single_stream", variant),
+                                                  fit("softmax", control), paper_finds_law)
+  assert status == expected
+  assert len(found) == (1 if expected in ("holds", "fails") else 0)
+  assert all(check.passed == (status == "holds") for check in found)
+
+
+def test_every_sgd_regime_variant_validates_and_trains_its_kinds():
+  """The configs behind generalized_report.SGD_RUNS: SGD at a constant rate, the kinds each
+  claim reads (CLAIM_RUNS), and the looped grids' tying."""
+  module = importlib.import_module("experiments.configs.sgd_generalized")
+  kinds = {}
+  for name, _, argument in generalized_report.SGD_RUNS:
+    config = module.get_config(argument)
+    config_lib.validate(config)
+    assert (config.optimizer, config.schedule) == ("sgd", "constant")
+    kinds[name] = {spec.model: spec for spec in config_lib.grid_specs(config)}
+  for key, _, model, _, _ in generalized_report.CLAIMS:
+    run, control = generalized_report.CLAIM_RUNS[generalized_report.SGD_ROOT][key]
+    assert model in kinds[run] and "softmax" in kinds[control], key
+  assert kinds["looped"]["looped"].loop_group == 0 and kinds["looped4"]["looped"].loop_group == 4
+  assert kinds["context_updates_top16"]["context_updates"].problem.k == 16
+  with pytest.raises(config_lib.ConfigError, match="variant 'top3' does not exist"):
+    module.get_config("top3,short")

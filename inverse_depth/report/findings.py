@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from inverse_depth import analysis, checks, paper, records
-from inverse_depth.report import combined_report
+from inverse_depth.report import combined_report, generalized_report
 from inverse_depth.files import write_text_atomic
 from inverse_depth.workdir import read_metrics
 
@@ -21,22 +21,6 @@ SGD_LAW = "results/sgd_law"
 ANNEALED_LAW = "results/depth_law"
 SGD_TABLES = combined_report.SGD_TABLES_ROOT
 ADAM_TABLES = "results/reproduce"
-GENERALIZED = "results/generalized"
-# Appendix C variants: (claim, run folder under GENERALIZED, model kind, the paper's words,
-# the run folder of the controlled softmax model it is compared with, whether the paper finds
-# the law there).
-APPENDIX_C = (
-    ("C.1 single stream keeps the law", "single_stream", "single_stream",
-     "similar scaling signals", "generalized", True),
-    ("C.2 per-layer values keep the law", "generalized", "per_layer_values",
-     "similar scaling signals", "generalized", True),
-    ("C.3 context updates, top-2: the trend stays", "generalized", "context_updates",
-     "keeps an inverse-depth trend", "generalized", True),
-    ("C.3 context updates, top-16: the trend goes", "depth_law_top16", "context_updates",
-     "loses it (m near -2.3)", "depth_law_top16", False),
-    ("looped (tied) layers", "looped", "looped", "loss against depth and parameters",
-     "looped", True),
-)
 
 
 def _load(folder: str, root: str) -> dict | None:
@@ -73,9 +57,11 @@ def _law_cell(fit: dict) -> str:
 
 
 def _row(claim: str, paper_text: str, ours: str, results: dict | None, found, folders,
-         model: str = "softmax", verdict_text: str | None = None) -> dict:
+         model: str = "softmax", verdict_text: str | None = None,
+         planned_regime: str = "-") -> dict:
+  """One FINDINGS row (`planned_regime`: the regime named where the run is missing)."""
   return dict(claim=claim, paper=paper_text, ours=ours if results else "-",
-              regime=regime_name(results["config"], model) if results else "-",
+              regime=regime_name(results["config"], model) if results else planned_regime,
               verdict=verdict_text or verdict(found if results else []),
               where=", ".join(f"`{folder}`" for folder in folders), folders=list(folders))
 
@@ -207,26 +193,24 @@ def identity_row(root: str, folders) -> dict:
 
 
 def appendix_rows(root: str) -> list[dict]:
-  """Each appendix C variant's depth law beside the controlled model's of the same regime. A
-  variant's claim is only testable where the controlled model shows the law: else the row
-  says so instead of counting its checks."""
+  """Each appendix C claim in each regime (generalized_report.CLAIM_RUNS), its variant's
+  depth law beside the controlled model's of the same run. A claim is only testable where
+  the controlled model shows the law: else the row says so instead of counting its checks."""
   rows = []
-  for claim, run, model, paper_text, control_run, paper_finds_law in APPENDIX_C:
-    folder = f"{GENERALIZED}/{run}"
-    results = _load(folder, root)
-    fits = records.fits_of(results, model)
-    control = records.fits_of(_load(f"{GENERALIZED}/{control_run}", root), "softmax")
-    found = [checks.depth_law(fit) for fit in fits]
-    ours = "; ".join(f"{model}: {_law_cell(fit)}" for fit in fits)
-    untestable = None
-    if control:
-      ours += f" (controlled model: {_law_cell(control[0])})"
-      if not checks.depth_law(control[0]).passed:
-        untestable = "not testable here: the controlled model shows no law in this regime"
-    if not paper_finds_law:  # the claim is the law's absence
-      found = [checks.Check("depth law", not check.passed, check.text) for check in found]
-    rows.append(_row(f"Appendix C: {claim}", paper_text, ours, results, found, [folder],
-                     verdict_text=untestable if results else None))
+  for regime, runs in generalized_report.CLAIM_RUNS.items():
+    for key, claim, model, paper_text, paper_finds_law in generalized_report.CLAIMS:
+      variant, control = generalized_report.claim_fits(root, regime, key, model)
+      status, found = generalized_report.claim_status(variant, control, paper_finds_law)
+      folder = f"{regime}/{runs[key][0]}"
+      ours = "-" if variant is None else f"{model}: {_law_cell(variant)}" + (
+          f" (controlled model: {_law_cell(control)})" if control else "")
+      verdict_text = {"not testable": "not testable here: the controlled model shows no law "
+                                      "in this regime",
+                      "no claim": "no claim to test"}.get(status)
+      results = _load(folder, root)
+      rows.append(_row(f"Appendix C: {claim}", paper_text, ours, results, found, [folder],
+                       model=model, verdict_text=verdict_text,
+                       planned_regime=generalized_report.REGIME_NAMES[regime]))
   return rows
 
 

@@ -24,6 +24,109 @@ RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
         ("depth_law_top16", "experiments/configs/generalized.py", "depth_law_top16"),
         ("looped", "experiments/configs/looped.py", None))
 
+# The same variants in the SGD law's regime (experiments/configs/sgd_generalized.py, issue 36).
+SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},short")
+                 for name in ("top2", "looped", "looped4", "context_updates",
+                              "context_updates_top16"))
+# Committed roots of the two regimes' runs, from the repository root.
+ANNEALED_ROOT = "results/generalized"
+SGD_ROOT = "results/sgd_generalized"
+
+# Appendix C claims: (key, claim, model kind, the paper's words, what the paper finds: True
+# the law, False its absence, None no claim).
+CLAIMS = (
+    ("C.1", "C.1 single stream keeps the law", "single_stream", "similar scaling signals", True),
+    ("C.2", "C.2 per-layer values keep the law", "per_layer_values", "similar scaling signals",
+     True),
+    ("C.3 top-2", "C.3 context updates, top-2: the trend stays", "context_updates",
+     "keeps an inverse-depth trend", True),
+    ("C.3 top-16", "C.3 context updates, top-16: the trend goes", "context_updates",
+     "loses it (m near -2.3)", False),
+    ("looped", "looped (tied) layers", "looped", "an open question: loss against depth and "
+     "parameters", None),
+)
+# Per regime: claim key -> (run holding the variant, run holding its controlled model).
+CLAIM_RUNS = {
+    ANNEALED_ROOT: {"C.1": ("single_stream", "generalized"), "C.2": ("generalized", "generalized"),
+                    "C.3 top-2": ("generalized", "generalized"),
+                    "C.3 top-16": ("depth_law_top16", "depth_law_top16"),
+                    "looped": ("looped", "looped")},
+    SGD_ROOT: {"C.1": ("top2", "top2"), "C.2": ("top2", "top2"),
+               "C.3 top-2": ("context_updates", "context_updates"),
+               "C.3 top-16": ("context_updates_top16", "context_updates_top16"),
+               "looped": ("looped", "looped")},
+}
+
+
+REGIME_NAMES = {ANNEALED_ROOT: "annealed Adam", SGD_ROOT: "constant-step SGD"}
+
+
+def claim_fits(base: str, regime: str, key: str, model: str) -> tuple[dict | None, dict | None]:
+  """(the variant's fit, its controlled model's fit) of one claim in one regime's runs
+  (`regime`: a key of CLAIM_RUNS, under the repository root `base`); None where a run is
+  missing."""
+  run, control_run = CLAIM_RUNS[regime][key]
+  found = records.load_results(os.path.join(base, regime), sorted({run, control_run}))
+  variant = records.fits_of(found.get(run), model)
+  control = records.fits_of(found.get(control_run), "softmax")
+  return (variant[0] if variant else None), (control[0] if control else None)
+
+
+def claim_status(variant: dict | None, control: dict | None,
+                 paper_finds_law: bool | None) -> tuple[str, list[checks.Check]]:
+  """Whether an appendix C claim holds in one regime: "holds" or "fails" with the check that
+  decided it (checks.depth_law on the variant, negated where the paper finds no law), or
+  "not run", "no claim", "not testable" (the controlled model of the same regime shows no
+  law, so the variant has no trend to keep) with no check."""
+  if variant is None:
+    return "not run", []
+  if paper_finds_law is None:
+    return "no claim", []
+  if control is None or not checks.depth_law(control).passed:
+    return "not testable", []
+  law = checks.depth_law(variant)
+  found = law if paper_finds_law else checks.Check("no depth law", not law.passed, law.text)
+  return ("holds" if found.passed else "fails"), [found]
+
+
+def law_text(fit: dict) -> str:
+  """A grid's fit in one phrase."""
+  if not fit["resolved"]:
+    return f"no law resolved; R_L {fit['losses'][0]:.3g} -> {fit['losses'][-1]:.3g}"
+  return (f"alpha {fit['alpha']:.2f} +- {fit['alpha_se']:.2g}, L0 {fit['L0']:.4g}, "
+          f"R^2 {fit['r2']:.3f}")
+
+
+def regime_claims(base: str = ".") -> list[str]:
+  """Per appendix C claim, its status in each regime of CLAIM_RUNS (runs under the
+  repository root `base`) with the variant's and the controlled model's fits, and in which
+  regimes it holds."""
+  names = [REGIME_NAMES[regime] for regime in CLAIM_RUNS]
+  lines = ["| claim | the paper | " + " | ".join(names) + " | holds in |",
+           "|---|---|" + "---|" * len(names) + "---|"]
+  for key, claim, model, paper_text, paper_finds_law in CLAIMS:
+    cells, statuses = [], {}
+    for regime, name in zip(CLAIM_RUNS, names):
+      variant, control = claim_fits(base, regime, key, model)
+      statuses[name], _ = claim_status(variant, control, paper_finds_law)
+      cells.append(statuses[name] if variant is None else
+                   f"{statuses[name]}: {law_text(variant)}"
+                   + (f" (controlled: {law_text(control)})" if control else ""))
+    holds = [name for name in names if statuses[name] == "holds"]
+    fails = [name for name in names if statuses[name] == "fails"]
+    if paper_finds_law is None:
+      where = "no claim"
+    elif holds:
+      where = " and ".join(holds) + (" only" if len(holds) < len(names) else "")
+    elif fails:
+      where = "neither: fails in " + " and ".join(fails)
+    else:
+      where = "not resolved: " + ", ".join(f"{status} in {name}"
+                                           for name, status in statuses.items())
+    lines.append(f"| {claim} | {paper_text} | " + " | ".join(cells) + f" | {where} |")
+  return lines
+
+
 # What the paper says about each variant (docs/sizes.md), shown beside our numbers.
 PAPER = {
     "single_stream": "keeps an approximately inverse-depth trend (C.1)",
@@ -233,19 +336,35 @@ def _loss_and_parameters(results: dict, fit: dict) -> dict[int, tuple[float, int
   return {r["depth"]: (loss[r["depth"]][0], r["parameters"]) for r in runs}
 
 
-def looped_summary(results: dict | None) -> list[str]:
-  """Looped against untied at equal depth and at equal parameter count."""
-  if results is None:
+def looped_grids(all_results: dict[str, dict]) -> list[tuple[str, dict, dict]]:
+  """(label, results, fit) of the untied controlled grid of the first run with looped layers
+  and of every looped grid, labelled by how its layers' W_q, W_k are tied."""
+  grids = []
+  for results in all_results.values():
+    fits = {f["model"]: f for f in results["fits"]}
+    if "looped" not in fits:
+      continue
+    if "softmax" in fits and not grids:
+      grids.append(("untied", results, fits["softmax"]))
+    group = records.kind_config(results["config"], "looped")["loop_group"]
+    grids.append(("looped, all tied" if group == 0 else f"looped, tied in groups of {group}",
+                  results, fits["looped"]))
+  return grids
+
+
+def looped_summary(all_results: dict[str, dict]) -> list[str]:
+  """Looped against untied at equal depth and at equal parameter count: R_L (clean seeds'
+  mean) and the parameters of one model, per depth and grid."""
+  grids = looped_grids(all_results)
+  if not grids:
     return ["Not run."]
-  fits = {f["model"]: f for f in results["fits"]}
-  if "looped" not in fits or "softmax" not in fits:
-    return ["The looped run lacks the looped or the untied grid."]
-  tied, untied = (_loss_and_parameters(results, fits[m]) for m in ("looped", "softmax"))
-  lines = ["| depth | looped R_L | parameters | untied R_L | parameters |", "|---|---|---|---|---|"]
-  for depth in sorted(set(tied) | set(untied)):
-    cells = [f"{by_depth[depth][0]:.4g} | {by_depth[depth][1]}" if depth in by_depth
-             else "nan | -" for by_depth in (tied, untied)]
-    lines.append(f"| {depth} | {cells[0]} | {cells[1]} |")
+  by_depth = [_loss_and_parameters(results, fit) for _, results, fit in grids]
+  lines = ["| depth | " + " | ".join(f"{label}: R_L | parameters" for label, _, _ in grids)
+           + " |", "|---|" + "---|---|" * len(grids)]
+  for depth in sorted(set().union(*by_depth)):
+    lines.append(f"| {depth} | " + " | ".join(
+        f"{grid[depth][0]:.4g} | {grid[depth][1]}" if depth in grid else "nan | -"
+        for grid in by_depth) + " |")
   return lines
 
 
@@ -279,30 +398,42 @@ def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
   return True
 
 
-def plot_looped(results: dict, path: str) -> None:
+def plot_looped(all_results: dict[str, dict], path: str) -> bool:
   """Loss against depth and against parameter count, looped beside untied."""
+  grids = looped_grids(all_results)
+  if not grids:
+    return False
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for fit in results["fits"]:
+  for label, results, fit in grids:
     by_depth = _loss_and_parameters(results, fit)
     depths = sorted(by_depth)
     losses = [by_depth[d][0] for d in depths]
-    axes[0].plot(depths, losses, "o-", label=fit["model"])
-    axes[1].plot([by_depth[d][1] for d in depths], losses, "o-", label=fit["model"])
+    axes[0].plot(depths, losses, "o-", label=label)
+    axes[1].plot([by_depth[d][1] for d in depths], losses, "o-", label=label)
   axes[0].set(xscale="log", xlabel="depth L", ylabel="R_L")
   axes[1].set(xscale="log", xlabel="trained parameters", ylabel="R_L")
   for ax in axes:
     ax.legend(fontsize=7)
   run_report.save_figure(fig, path)
+  return True
 
 
-def write_generalized_report(root: str) -> str:
-  """Writes ROOT/report.md and ROOT/figures/*.png from the runs' results alone."""
-  all_results, metrics, figures = combined_report.load_root(root, [name for name, _, _ in RUNS])
-  lines = ["# Generalised models and looped layers", "",
+def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
+  """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of `runs` under ROOT
+  and, for the claims in both regimes, of CLAIM_RUNS under the repository root `base`."""
+  names = [name for name, _, _ in runs]
+  all_results, metrics, figures = combined_report.load_root(root, names)
+  regime = REGIME_NAMES.get(SGD_ROOT if runs == SGD_RUNS else ANNEALED_ROOT)
+  lines = [f"# Generalised models and looped layers: {regime} runs", "",
            "Every number comes from the runs under this directory (one experiment workdir each, "
-           "with its own report.md). "
-           + combined_report.run_times_sentence(all_results, [name for name, _, _ in RUNS]),
-           "", "## Depth trends beside the paper's description", ""]
+           "with its own report.md). " + combined_report.run_times_sentence(all_results, names),
+           "", "## Appendix C claims in both regimes", "",
+           "A claim is testable in a regime only where the controlled model of the same run "
+           f"shows the law there (checks.depth_law: alpha in [{checks.LAW_ALPHA_RANGE[0]:g}, "
+           f"{checks.LAW_ALPHA_RANGE[1]:g}], R^2 >= {checks.LAW_MIN_R2:g}); the variant then "
+           "holds the claim when its own fit passes the same check (the top-16 claim: when it "
+           "does not).", ""] + regime_claims(base)
+  lines += ["", "## Depth trends beside the paper's description", ""]
   lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
             "below -2 paired standard errors. The verdict counts an inverse-depth law where the "
@@ -324,7 +455,7 @@ def write_generalized_report(root: str) -> str:
     lines += ["", "Loss on the diagnosed contexts with m moved from its learned value, every "
               "other trained weight fixed (seed means). A learned m at a minimum along m has "
               "its lowest loss at offset +0:", ""] + profile
-  lines += ["", "## Looped against untied", ""] + looped_summary(all_results.get("looped"))
+  lines += ["", "## Looped against untied", ""] + looped_summary(all_results)
   figure_lines = ["", "## Figures", ""]
   if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
     figure_lines += ["Learned m (o) and its invariant m g_2/g_1 (x) against depth (a colour "
@@ -332,8 +463,7 @@ def write_generalized_report(root: str) -> str:
                      f"the first {evaluation.HEATMAP_TOKENS} tokens; rho from the fit "
                      "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
                      "![context updates](figures/context_updates.png)", ""]
-  if "looped" in all_results:
-    plot_looped(all_results["looped"], os.path.join(figures, "looped.png"))
+  if plot_looped(all_results, os.path.join(figures, "looped.png")):
     figure_lines += ["![looped](figures/looped.png)", ""]
   for name, results in all_results.items():
     lines += ["", f"## {name}", ""] + depth_table(results)
