@@ -21,7 +21,9 @@ SHIPPED = [(name, arg) for name in sorted(
     if hasattr(importlib.import_module(f"experiments.configs.{name}"), "get_config")
     for arg in dict(sgd_sweep=("256", "1024", "quick", "quick1024"),
                     sgd_table1=("short", "cpu", "paper"), sgd_table4=("short", "cpu", "paper"),
-                    sgd_table4_top16=("short", "cpu", "paper")).get(
+                    sgd_table4_top16=("short", "cpu", "paper"),
+                    sgd_generalized=("top2,short", "looped,short", "looped4,cpu",
+                                     "context_updates,cpu", "context_updates_top16,paper")).get(
                         name, (None,))]
 
 
@@ -237,7 +239,9 @@ COMMITTED_RUNS = {
     "generalized/looped": ("looped", None),
     **{f"sgd_tables/{name}": (f"sgd_{name}", "short")
        for name in ("table1", "table4", "table4_top16")},
-    "sgd_sweep/b256": ("sgd_sweep", "quick"),
+    "sgd_sweep/b256": ("sgd_sweep", "quick"), "sgd_sweep/b1024": ("sgd_sweep", "quick1024"),
+    **{f"sgd_generalized/{name}": ("sgd_generalized", f"{name},short")
+       for name in ("top2", "looped", "looped4", "context_updates", "context_updates_top16")},
 }
 
 
