@@ -425,12 +425,6 @@ def table5_section(results: dict | None) -> list[str]:
   return lines + ["", table5_reading(fits, gaps)]
 
 
-def _last_doubling_rises(fit: dict, field: str) -> bool:
-  """Whether `field` (per depth) is higher at the deepest finite depth than at the one before."""
-  values = [v for v in fit[field] if np.isfinite(v)]
-  return len(values) >= 2 and values[-1] > values[-2]
-
-
 def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
   """The paragraph under Table 5, read from its gap fits and the C_L, A_L - C_L of `fits`:
   whether the exponents agree with the paper's range within two standard errors, and if not,
@@ -457,8 +451,8 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
     return (f"The gap exponents here ({span}) agree with the paper's {low}-{high} within two "
             "standard errors (which include the error of L0) wherever they are determined."
             + undetermined_text)
-  rising_shared = sum(_last_doubling_rises(fit, "shared_error") for fit in fits)
-  rising_disagreement = sum(_last_doubling_rises(fit, "disagreement") for fit in fits)
+  rising_shared = sum(checks_lib.last_doubling_change(fit, "shared_error") > 0 for fit in fits)
+  rising_disagreement = sum(checks_lib.last_doubling_change(fit, "disagreement") > 0 for fit in fits)
   rate = ("more slowly than" if max(misses) < low else "faster than" if min(misses) > high
           else "at another rate than")
   unresolved_floor = (" Where the fitted L0 is not resolved (the Table 4 section says why) the "
