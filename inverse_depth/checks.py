@@ -53,7 +53,7 @@ UNDER_TRAINED_FALL = 0.01
 # (report.run_report.write_cosine_mixture_report).
 SATURATION_FRACTION = 1e-3
 
-CLAIMS = ("depth law", "no depth law", "Table 1 softmax floor", "Table 1 linear floor",
+CLAIMS = ("depth law", "depth trend", "no depth trend", "Table 1 softmax floor", "Table 1 linear floor",
           "softmax below linear", "linear flat in depth", "Table 2 exponent band", "Table 3 linear theory",
           "Table 4 exponent", "Table 5 gap exponent", "C_L levels off", "A_L - C_L levels off",
           "easy task", "one layer near its bound", "loss monotone in depth", "identity exact",
@@ -89,6 +89,19 @@ def depth_law(fit: dict) -> Check:
   return Check("depth law", passed, f"{_label(fit)}: alpha {fit['alpha']:.2f} +- "
                f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f} (the law needs alpha in "
                f"[{low:g}, {high:g}] and R^2 >= {LAW_MIN_R2:g}).")
+
+
+def depth_trend(fit: dict) -> Check:
+  """The generalised models' approximately inverse-depth trend: R_L = L0 + c L^-alpha with
+  alpha in TREND_ALPHA_RANGE and R^2 >= TREND_MIN_R2."""
+  low, high = TREND_ALPHA_RANGE
+  if not fit["resolved"]:
+    return Check("depth trend", False, f"{_label(fit)}: no depth law resolved "
+                 f"({fit.get('verdict', 'no fit')}).")
+  passed = bool(low <= fit["alpha"] <= high and fit["r2"] >= TREND_MIN_R2)
+  return Check("depth trend", passed, f"{_label(fit)}: alpha {fit['alpha']:.2f} +- "
+               f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f} (an inverse-depth trend needs alpha "
+               f"in [{low:g}, {high:g}] and R^2 >= {TREND_MIN_R2:g}).")
 
 
 def softmax_floor(fit: dict) -> Check | None:

@@ -28,6 +28,14 @@ def test_a_steep_exponent_misses_the_law():
   fit = _fit([2.0 + 0.8 / L ** 2 for L in DEPTHS])
   assert fit["resolved"] and fit["alpha"] == pytest.approx(2.0, abs=1e-3)
   assert not checks.depth_law(fit).passed
+  assert not checks.depth_trend(fit).passed
+
+
+def test_the_looser_trend_takes_exponents_the_law_does_not():
+  """alpha = 1.4: outside the law's [0.8, 1.25], inside the generalised models' trend."""
+  fit = _fit([2.0 + 0.8 / L ** 1.4 for L in DEPTHS])
+  assert not checks.depth_law(fit).passed
+  assert checks.depth_trend(fit).passed
 
 
 def test_a_floor_off_by_more_than_the_tolerance_misses_and_a_flat_curve_has_no_floor():

@@ -512,7 +512,8 @@ def test_generalized_report(generalized_root):
 def _grid_fit(model, k, losses, se=1e-3):
   """A fit record as the experiment writes it, from seed-mean losses at depths 1, 2, 4, ..."""
   depths = [2 ** i for i in range(len(losses))]
-  fit = dict(analysis.fit_depth_scaling(depths, losses), model=model, k=k)
+  fit = dict(analysis.fit_depth_scaling(depths, losses), model=model, task="topk", k=k, a=0.0,
+             b=0.0)
   fit["paired_differences"] = [dict(depth=d, previous=d // 2, difference=b - a, se=se)
                                for d, a, b in zip(depths[1:], losses, losses[1:])]
   return fit
@@ -583,7 +584,7 @@ FLAT = [2.05, 2.04, 2.05, 2.04, 2.05, 2.04]
 @pytest.mark.parametrize("variant,control,paper_finds_law,expected", [
     (LAW, LAW, True, "holds"),
     (FLAT, LAW, True, "fails"),
-    (FLAT, LAW, False, "holds"),  # the top-16 claim: the law goes
+    (FLAT, LAW, False, "holds"),  # the top-16 claim: the trend goes
     (LAW, LAW, False, "fails"),
     (LAW, FLAT, True, "not testable"),  # the controlled model has no law to keep
     (LAW, None, True, "not testable"),
@@ -592,10 +593,9 @@ FLAT = [2.05, 2.04, 2.05, 2.04, 2.05, 2.04]
 ])
 def test_claim_status_needs_the_controlled_models_law(variant, control, paper_finds_law,
                                                       expected):
-  def fit(model, losses):
-    return losses and dict(_grid_fit(model, 2, losses), task="topk", a=0.0, b=0.0)
-  status, found = generalized_report.claim_status(fit("single_stream", variant),
-                                                  fit("softmax", control), paper_finds_law)
+  status, found = generalized_report.claim_status(
+      variant and _grid_fit("single_stream", 2, variant),
+      control and _grid_fit("softmax", 2, control), paper_finds_law)
   assert status == expected
   assert len(found) == (1 if expected in ("holds", "fails") else 0)
   assert all(check.passed == (status == "holds") for check in found)

@@ -75,17 +75,19 @@ def claim_fits(base: str, regime: str, key: str, model: str) -> tuple[dict | Non
 def claim_status(variant: dict | None, control: dict | None,
                  paper_finds_law: bool | None) -> tuple[str, list[checks.Check]]:
   """Whether an appendix C claim holds in one regime: "holds" or "fails" with the check that
-  decided it (checks.depth_law on the variant, negated where the paper finds no law), or
-  "not run", "no claim", "not testable" (the controlled model of the same regime shows no
-  law, so the variant has no trend to keep) with no check."""
+  decided it (checks.depth_trend on the variant, the paper's approximately inverse-depth
+  trend; negated where the paper finds the trend lost), or "not run", "no claim", "not
+  testable" (the controlled model of the same run fails checks.depth_law: it shows no law,
+  so the variant has none to keep) with no check."""
   if variant is None:
     return "not run", []
   if paper_finds_law is None:
     return "no claim", []
   if control is None or not checks.depth_law(control).passed:
     return "not testable", []
-  law = checks.depth_law(variant)
-  found = law if paper_finds_law else checks.Check("no depth law", not law.passed, law.text)
+  trend = checks.depth_trend(variant)
+  found = (trend if paper_finds_law
+           else checks.Check("no depth trend", not trend.passed, trend.text))
   return ("holds" if found.passed else "fails"), [found]
 
 
@@ -161,8 +163,7 @@ def observed_trend(fit: dict) -> str:
   """Our depth trend of one grid: "law" (a resolved fit R_L = L0 + c L^-alpha with alpha in
   checks.TREND_ALPHA_RANGE and R^2 >= checks.TREND_MIN_R2), "falls" (no doubling rises and at most one fails to
   fall beyond 2 paired standard errors) or "none"."""
-  low, high = checks.TREND_ALPHA_RANGE
-  if fit["resolved"] and low <= fit["alpha"] <= high and fit["r2"] >= checks.TREND_MIN_R2:
+  if checks.depth_trend(fit).passed:
     return "law"
   paired = fit.get("paired_differences", [])
   falls, rises = falls_and_rises(fit)
@@ -431,8 +432,10 @@ def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
            "A claim is testable in a regime only where the controlled model of the same run "
            f"shows the law there (checks.depth_law: alpha in [{checks.LAW_ALPHA_RANGE[0]:g}, "
            f"{checks.LAW_ALPHA_RANGE[1]:g}], R^2 >= {checks.LAW_MIN_R2:g}); the variant then "
-           "holds the claim when its own fit passes the same check (the top-16 claim: when it "
-           "does not).", ""] + regime_claims(base)
+           "holds the claim when its fit shows the paper's approximately inverse-depth trend "
+           f"(checks.depth_trend: alpha in [{checks.TREND_ALPHA_RANGE[0]:g}, "
+           f"{checks.TREND_ALPHA_RANGE[1]:g}], R^2 >= {checks.TREND_MIN_R2:g}; the top-16 "
+           "claim: when it does not).", ""] + regime_claims(base)
   lines += ["", "## Depth trends beside the paper's description", ""]
   lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
   lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
