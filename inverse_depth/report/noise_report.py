@@ -24,26 +24,45 @@ def noise_markdown(found: dict) -> str:
   for entry in found["rates"]:
     lines += ["", f"**rate {entry['learning_rate']:g}, batch {entry['batch_size']}** "
               f"(eta_eff / B = {entry['eta_eff_over_B']:.3g}; tr Sigma: layer weights "
-              f"{entry['trace_layer']:.4g} +- {entry['trace_layer_se']:.2g}, shared weights "
-              f"{entry['trace_model']:.4g} +- {entry['trace_model_se']:.2g}; fitted alpha "
-              f"{entry['fitted_alpha']:.3f}, the prediction assumes 1)", "",
+              f"{_value(entry, 'trace_layer')}, shared weights {_value(entry, 'trace_model')}; "
+              + (f"fitted alpha {entry['fitted_alpha']:.3f}, the prediction assumes 1)"
+                 if entry.get("resolved", True) else "no depth law resolved)"), "",
               "| quantity | predicted | measured | measured / predicted |", "|---|---|---|---|"]
-    for name, predicted, measured in (
-        ("c (depth term)", "predicted_c", "fitted_c"),
-        ("L0 - best single cosine layer", "predicted_floor_excess", "measured_floor_excess"),
-        ("R_1 - best single cosine layer", "predicted_R1_excess", "measured_R1_excess")):
-      measured_se = entry.get(f"{measured}_se", float("nan"))
+    for name, predicted, measured, from_fit in (
+        ("c (depth term)", "predicted_c", "fitted_c", True),
+        ("L0 - best single cosine layer", "predicted_floor_excess", "measured_floor_excess",
+         True),
+        ("R_1 - best single cosine layer", "predicted_R1_excess", "measured_R1_excess", False)):
+      if from_fit and not entry.get("resolved", True):  # the fit has no c or L0 to compare
+        lines.append(f"| {name} | {_value(entry, predicted)} | no resolved fit | - |")
+        continue
       ratio = entry[measured] / entry[predicted] if entry[predicted] else float("nan")
-      lines.append(f"| {name} | {entry[predicted]:.4g} +- {entry[f'{predicted}_se']:.2g} | "
-                   f"{entry[measured]:.4g} +- {measured_se:.2g} | {ratio:.2f} |")
+      lines.append(f"| {name} | {_value(entry, predicted)} | {_value(entry, measured)} | "
+                   f"{ratio:.2f} |")
   return "\n".join(lines)
 
 
+def _value(entry: dict, name: str, spec: str = ".4g") -> str:
+  """`entry[name]` with its standard error where it has one (one seed: none over seeds)."""
+  se = entry.get(f"{name}_se", float("nan"))
+  return f"{entry[name]:{spec}}" + (f" +- {se:.2g}" if np.isfinite(se) else "")
+
+
 def write_report(workdir: str, num_contexts: int = 4096) -> str:
-  """Runs `predict` and writes workdir/sgd_noise.md; returns its path."""
+  """Runs `predict` (which writes workdir/sgd_noise.json) and writes workdir/sgd_noise.md;
+  returns its path."""
+  return write_markdown(workdir, sgd_noise.predict(workdir, num_contexts))
+
+
+def write_markdown(workdir: str, found: dict | None = None) -> str:
+  """workdir/sgd_noise.md from `found` (default: the workdir's sgd_noise.json); returns its
+  path."""
+  if found is None:
+    with open(os.path.join(workdir, "sgd_noise.json")) as f:
+      found = json.load(f)
   path = os.path.join(workdir, "sgd_noise.md")
   write_text_atomic(path, "# SGD noise: predicted against fitted coefficients\n\n"
-                    + noise_markdown(sgd_noise.predict(workdir, num_contexts)) + "\n")
+                    + noise_markdown(found) + "\n")
   return path
 
 
@@ -96,15 +115,16 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   fig, ax = run_report.plt.subplots(figsize=(6, 4.5))
   for i, row in enumerate(rows):
     fit = row["fit"]
-    ratio = fit["c"] / row["predicted_c"] if np.isfinite(row["predicted_c"]) else float("nan")
+    ratio = (fit["c"] / row["predicted_c"]
+             if fit["resolved"] and np.isfinite(row["predicted_c"]) else float("nan"))
     fit_cells = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} | {fit['c']:.3g} +- {fit['c_se']:.2g} "
                  f"| {fit['alpha']:.3f} +- {fit['alpha_se']:.3f} | {fit['r2']:.4f}"
                  if fit["resolved"] else f"{fit['verdict']} | - | - | -")
     lines.append(f"| `{row['workdir']}` | {row['batch_size']} | {row['learning_rate']:g} | "
                  f"{row['eta_eff_over_B']:.3g} | {fit_cells} | {row['disagreement']:.3g} "
                  f"(L = {row['deepest_stationary']}) | "
-                 + (f"{row['predicted_c']:.3g} +- {row['predicted_c_se']:.2g} | {ratio:.2f} |"
-                    if np.isfinite(ratio) else "- | - |"))
+                 + (_value(row, "predicted_c", ".3g") if np.isfinite(row["predicted_c"])
+                    else "-") + (f" | {ratio:.2f} |" if np.isfinite(ratio) else " | - |"))
     if fit["resolved"]:
       depths, losses = np.asarray(fit["depths"]), np.asarray(fit["losses"])
       excess = losses - fit["L0"]
