@@ -21,7 +21,7 @@ SHIPPED = [(name, arg) for name in sorted(
     os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "experiments", "configs",
                                                               "*.py")))
     if hasattr(importlib.import_module(f"experiments.configs.{name}"), "get_config")
-    for arg in dict(sgd_sweep=("256", "1024", "quick", "quick1024"),
+    for arg in dict(sgd_law=(None, "paper"), sgd_sweep=("256", "1024", "quick", "quick1024"),
                     sgd_table1=("short", "cpu", "paper"), sgd_table4=("short", "cpu", "paper"),
                     sgd_table4_top16=("short", "cpu", "paper"),
                     sgd_generalized=("top2,short", "looped,short", "looped4,cpu",

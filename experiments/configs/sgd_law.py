@@ -1,6 +1,8 @@
 """The depth law under constant-step SGD: softmax, top-2, isotropic, d = 16, P = 128, N = 32.
 
     python -m experiments.run --config=experiments/configs/sgd_law.py --workdir=runs/sgd_law
+    python -m experiments.run --config=experiments/configs/sgd_law.py:paper \
+        --workdir=runs/sgd_law_paper
 
 Regime regimes.SGD_LAW: SGD with heavy-ball momentum 0.9 at a constant rate 3e-3 after a 200-step warm-up, batch
 256; every layer's W_q, W_k start at 0.73 I (+ 0.01 noise), so the attention logits start
@@ -9,13 +11,21 @@ near 0.73^2 N cos = 17 cos, the temperature of the best single cosine-attention 
 fluctuates (single evaluations move by several %), so every reported R, A and C is the
 average over the last `stationary_evals` evaluations (one every 250 steps), and each
 model is tested for stationarity over that window (BUILD_NOTES.md "The SGD law: machinery").
-Committed results: results/sgd_law/.
+Committed results: results/sgd_law/ (the default `cpu` tier). The `paper` tier goes to depth
+256 over 48000 steps with 100,000 evaluation contexts: a depth-L model relaxes about L times
+slower under SGD (BUILD_NOTES "Where the law appears": depth 64 is not converged at 12000
+steps), so four times the depth takes four times the steps; an accelerator's run, not run yet.
 """
 
 from experiments.configs import default, regimes
+from inverse_depth.config import ConfigError
+
+TIERS = ("cpu", "paper")
 
 
-def get_config():
+def get_config(tier: str = "cpu"):
+  if tier not in TIERS:
+    raise ConfigError(f"sgd_law tier {tier!r} does not exist: allowed {', '.join(TIERS)}")
   config = default.get_config()
   config.update(regimes.SGD_LAW)
   config.model = "softmax"
@@ -29,4 +39,9 @@ def get_config():
   config.eval_chunk_size = 4096
   config.bound_samples = 100_000
   config.ensemble_control = False
+  if tier == "paper":
+    config.depths = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    config.max_steps = 48000
+    config.eval_size = 100_000
+    config.bound_samples = 200_000
   return config
