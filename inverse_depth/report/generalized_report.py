@@ -35,8 +35,8 @@ SGD_ROOT = "results/sgd_generalized"
 # Appendix C claims: (key, claim, model kind, the paper's words, what the paper finds: True
 # the law, False its absence, None no claim).
 CLAIMS = (
-    ("C.1", "C.1 single stream keeps the law", "single_stream", "similar scaling signals", True),
-    ("C.2", "C.2 per-layer values keep the law", "per_layer_values", "similar scaling signals",
+    ("C.1", "C.1 single stream keeps the trend", "single_stream", "similar scaling signals", True),
+    ("C.2", "C.2 per-layer values keep the trend", "per_layer_values", "similar scaling signals",
      True),
     ("C.3 top-2", "C.3 context updates, top-2: the trend stays", "context_updates",
      "keeps an inverse-depth trend", True),
