@@ -73,6 +73,7 @@ def _assert_same_models(got: dict, want: dict) -> None:
 SHORT = ("--config.max_steps=40",)  # two evaluations: the suite's time goes to start-up
 
 
+@pytest.mark.slow  # ~75 s: three process start-ups and compiles, gloo collectives
 def test_two_processes_write_one_workdir_matching_one_process(tmp_path):
   one_process = _run(str(tmp_path / "one"), 1, *SHORT)
   workdir = str(tmp_path / "two")
