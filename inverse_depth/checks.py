@@ -79,29 +79,30 @@ def _label(fit: dict) -> str:
   return f"{fit['model']} {fit['task']} k={fit['k']} ({fit['a']:g}, {fit['b']:g})"
 
 
+def _exponent_in_range(fit: dict, claim: str, alpha_range: tuple[float, float], min_r2: float,
+                      needs: str) -> Check:
+  """R_L = L0 + c L^-alpha resolved with alpha in `alpha_range` and R^2 >= `min_r2`; `needs`
+  names what is required in the check's text."""
+  low, high = alpha_range
+  if not fit["resolved"]:
+    return Check(claim, False, f"{_label(fit)}: no depth law resolved "
+                 f"({fit.get('verdict', 'no fit')}).")
+  passed = bool(low <= fit["alpha"] <= high and fit["r2"] >= min_r2)
+  return Check(claim, passed, f"{_label(fit)}: alpha {fit['alpha']:.2f} +- "
+               f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f} ({needs} needs alpha in "
+               f"[{low:g}, {high:g}] and R^2 >= {min_r2:g}).")
+
+
 def depth_law(fit: dict) -> Check:
   """R_L = L0 + c L^-alpha with alpha in LAW_ALPHA_RANGE and R^2 >= LAW_MIN_R2."""
-  low, high = LAW_ALPHA_RANGE
-  if not fit["resolved"]:
-    return Check("depth law", False, f"{_label(fit)}: no depth law resolved "
-                 f"({fit.get('verdict', 'no fit')}).")
-  passed = bool(low <= fit["alpha"] <= high and fit["r2"] >= LAW_MIN_R2)
-  return Check("depth law", passed, f"{_label(fit)}: alpha {fit['alpha']:.2f} +- "
-               f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f} (the law needs alpha in "
-               f"[{low:g}, {high:g}] and R^2 >= {LAW_MIN_R2:g}).")
+  return _exponent_in_range(fit, "depth law", LAW_ALPHA_RANGE, LAW_MIN_R2, "the law")
 
 
 def depth_trend(fit: dict) -> Check:
   """The generalised models' approximately inverse-depth trend: R_L = L0 + c L^-alpha with
   alpha in TREND_ALPHA_RANGE and R^2 >= TREND_MIN_R2."""
-  low, high = TREND_ALPHA_RANGE
-  if not fit["resolved"]:
-    return Check("depth trend", False, f"{_label(fit)}: no depth law resolved "
-                 f"({fit.get('verdict', 'no fit')}).")
-  passed = bool(low <= fit["alpha"] <= high and fit["r2"] >= TREND_MIN_R2)
-  return Check("depth trend", passed, f"{_label(fit)}: alpha {fit['alpha']:.2f} +- "
-               f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f} (an inverse-depth trend needs alpha "
-               f"in [{low:g}, {high:g}] and R^2 >= {TREND_MIN_R2:g}).")
+  return _exponent_in_range(fit, "depth trend", TREND_ALPHA_RANGE, TREND_MIN_R2,
+                            "an inverse-depth trend")
 
 
 def softmax_floor(fit: dict) -> Check | None:

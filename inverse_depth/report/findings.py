@@ -48,12 +48,10 @@ def verdict(found: list[checks.Check]) -> str:
 
 
 def _law_cell(fit: dict) -> str:
-  if not fit["resolved"]:
-    return f"no law resolved; R_L {fit['losses'][0]:.3g} -> {fit['losses'][-1]:.3g}"
+  """The fit in one phrase, with the fitted L0's distance from the paper's floor."""
   target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-  floor = f" ({checks.relative(fit['L0'], target):+.1%})" if target else ""
-  return (f"alpha {fit['alpha']:.2f} +- {fit['alpha_se']:.2g}, L0 {fit['L0']:.4g}{floor}, "
-          f"R^2 {fit['r2']:.3f}")
+  return generalized_report.law_text(
+      fit, f" ({checks.relative(fit['L0'], target):+.1%})" if target and fit["resolved"] else "")
 
 
 def _row(claim: str, paper_text: str, ours: str, results: dict | None, found, folders,

@@ -91,11 +91,11 @@ def claim_status(variant: dict | None, control: dict | None,
   return ("holds" if found.passed else "fails"), [found]
 
 
-def law_text(fit: dict) -> str:
-  """A grid's fit in one phrase."""
+def law_text(fit: dict, floor_note: str = "") -> str:
+  """A grid's fit in one phrase (`floor_note` follows the fitted L0)."""
   if not fit["resolved"]:
     return f"no law resolved; R_L {fit['losses'][0]:.3g} -> {fit['losses'][-1]:.3g}"
-  return (f"alpha {fit['alpha']:.2f} +- {fit['alpha_se']:.2g}, L0 {fit['L0']:.4g}, "
+  return (f"alpha {fit['alpha']:.2f} +- {fit['alpha_se']:.2g}, L0 {fit['L0']:.4g}{floor_note}, "
           f"R^2 {fit['r2']:.3f}")
 
 
