@@ -13,6 +13,7 @@ import pytest
 
 from experiments.configs import default, quick, smoke
 from inverse_depth import config as config_lib
+from inverse_depth.report import generalized_report
 from tests import REPO
 
 
@@ -25,7 +26,8 @@ SHIPPED = [(name, arg) for name in sorted(
                     sgd_table1=("short", "cpu", "paper"), sgd_table4=("short", "cpu", "paper"),
                     sgd_table4_top16=("short", "cpu", "paper"),
                     sgd_generalized=("top2,short", "looped,short", "looped4,cpu",
-                                     "context_updates,cpu", "context_updates_top16,paper")).get(
+                                     "context_updates,cpu", "context_updates_top16,paper",
+                                     "context_updates,short16")).get(
                         name, (None,))]
 
 
@@ -242,8 +244,8 @@ COMMITTED_RUNS = {
     **{f"sgd_tables/{name}": (f"sgd_{name}", "short")
        for name in ("table1", "table4", "table4_top16")},
     "sgd_sweep/b256": ("sgd_sweep", "quick"), "sgd_sweep/b1024": ("sgd_sweep", "quick1024"),
-    **{f"sgd_generalized/{name}": ("sgd_generalized", f"{name},short")
-       for name in ("top2", "looped", "looped4", "context_updates", "context_updates_top16")},
+    **{f"sgd_generalized/{name}": ("sgd_generalized", argument)
+       for name, _, argument in generalized_report.SGD_RUNS},
 }
 
 

@@ -618,3 +618,11 @@ def test_every_sgd_regime_variant_validates_and_trains_its_kinds():
   assert kinds["context_updates_top16"]["context_updates"].problem.k == 16
   with pytest.raises(config_lib.ConfigError, match="variant 'top3' does not exist"):
     module.get_config("top3,short")
+  with pytest.raises(config_lib.ConfigError, match="tier 'long' does not exist.*short16"):
+    module.get_config("top2,long")
+  # short16 is the short tier at half the depth and half the steps: both average the last
+  # half of the run.
+  for tier in ("short", "short16"):
+    config = module.get_config(f"context_updates,{tier}")
+    assert config.stationary_evals * config.eval_every == config.max_steps // 2
+  assert module.get_config("context_updates,short16").depths[-1] == 16

@@ -13,7 +13,8 @@ layers tied in groups of 4 consecutive layers (its untied and fully tied neighbo
 at top-2 and top-16, C.3 starting from m = -1 (from m = 0 it keeps m near 0:
 docs/notes/generalized.md). Tiers are tables.py's SGD tiers (`short`: depths 1..32, one
 seed, 6000 steps, the last 12 evaluations averaged; `cpu`: 2 seeds, 12000 steps; `paper`:
-to depth 256, 3 seeds).
+to depth 256, 3 seeds) and `short16` (SHORT16: depths 1..16, one seed, 3000 steps, the
+last 12 evaluations, 125 steps apart, averaged), C.3's CPU tier.
 
 The regime is sgd_law.py's (regimes.SGD_LAW: SGD, momentum 0.9, constant rate 3e-3, batch
 256, query/key started at the identity at the top-k optimum's temperature, stationary
@@ -24,6 +25,8 @@ tier, scaled from results/generalized's grid times: about 6 min for the controll
 looped grid, 8 min for C.1, 10 min for C.2; C.3 costs ~70 x the controlled model per step
 at P = 128 (context attention is P x P): 3.0 s per step measured for one seed at depths
 1..32, batch 256 (the first 250 steps), so about 5 h at the short tier: an accelerator's run.
+At depths 1..16 a step takes 1.07 s (depth 32 alone 1.29 s, bench.harness timer), so the
+short16 tier is about 1 h per C.3 run alone, 2 h with two runs sharing the cores.
 """
 
 from experiments.configs import tables

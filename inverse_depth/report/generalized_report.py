@@ -24,10 +24,12 @@ RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
         ("depth_law_top16", "experiments/configs/generalized.py", "depth_law_top16"),
         ("looped", "experiments/configs/looped.py", None))
 
-# The same variants in the SGD law's regime (experiments/configs/sgd_generalized.py, issue 36).
-SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},short")
-                 for name in ("top2", "looped", "looped4", "context_updates",
-                              "context_updates_top16"))
+# The same variants in the SGD law's regime (experiments/configs/sgd_generalized.py, issue 36):
+# C.3 at the short16 tier (depths 1..16; the short tier is ~5 h per C.3 run on 2 CPU cores).
+SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},{tier}")
+                 for name, tier in (("top2", "short"), ("looped", "short"), ("looped4", "short"),
+                                    ("context_updates", "short16"),
+                                    ("context_updates_top16", "short16")))
 # Committed roots of the two regimes' runs, from the repository root.
 ANNEALED_ROOT = "results/generalized"
 SGD_ROOT = "results/sgd_generalized"
