@@ -105,6 +105,20 @@ def depth_trend(fit: dict) -> Check:
                             "an inverse-depth trend")
 
 
+def depth_trend_lost(fit: dict) -> Check:
+  """The paper's top-16 context updates: depth no longer helps. Passes unless the fit resolves
+  a fall R_L = L0 + c L^-alpha with alpha >= TREND_ALPHA_RANGE[0] and R^2 >= TREND_MIN_R2; a
+  fall steeper than the trend's range still keeps a depth trend (depth_trend fails it too)."""
+  low, min_r2 = TREND_ALPHA_RANGE[0], TREND_MIN_R2
+  if not fit["resolved"]:
+    return Check("no depth trend", True, f"{_label(fit)}: no depth law resolved "
+                 f"({fit.get('verdict', 'no fit')}).")
+  falls = bool(fit["alpha"] >= low and fit["r2"] >= min_r2)
+  return Check("no depth trend", not falls, f"{_label(fit)}: alpha {fit['alpha']:.2f} +- "
+               f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f} (a depth trend is lost unless a "
+               f"fall with alpha >= {low:g} and R^2 >= {min_r2:g} is resolved).")
+
+
 def softmax_floor(fit: dict) -> Check | None:
   """The fitted L0 against the paper's Table 1 floor (None where Table 1 has no entry)."""
   target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])

@@ -29,6 +29,13 @@ def test_a_steep_exponent_misses_the_law():
   assert fit["resolved"] and fit["alpha"] == pytest.approx(2.0, abs=1e-3)
   assert not checks.depth_law(fit).passed
   assert not checks.depth_trend(fit).passed
+  assert not checks.depth_trend_lost(fit).passed  # still a fall with depth
+
+
+def test_a_trend_is_lost_on_a_flat_curve_or_a_shallow_fall_only():
+  assert checks.depth_trend_lost(_fit([2.05, 2.04, 2.05, 2.04, 2.05, 2.04])).passed
+  assert checks.depth_trend_lost(_fit([2.0 + 0.8 / L ** 0.3 for L in DEPTHS])).passed
+  assert not checks.depth_trend_lost(_fit([2.0 + 0.8 / L for L in DEPTHS])).passed
 
 
 def test_the_looser_trend_takes_exponents_the_law_does_not():

@@ -579,6 +579,7 @@ def test_generalized_suite_refuses_the_paper_tier(capsys):
 
 LAW = [2 + 1 / 2 ** i for i in range(6)]
 FLAT = [2.05, 2.04, 2.05, 2.04, 2.05, 2.04]
+STEEP = [2 + 1 / 4 ** i for i in range(6)]  # alpha = 2
 
 
 @pytest.mark.parametrize("variant,control,paper_finds_law,expected", [
@@ -586,6 +587,8 @@ FLAT = [2.05, 2.04, 2.05, 2.04, 2.05, 2.04]
     (FLAT, LAW, True, "fails"),
     (FLAT, LAW, False, "holds"),  # the top-16 claim: the trend goes
     (LAW, LAW, False, "fails"),
+    (STEEP, LAW, True, "fails"),  # falls faster than any inverse-depth trend ...
+    (STEEP, LAW, False, "fails"),  # ... and so has not lost the trend either
     (LAW, FLAT, True, "not testable"),  # the controlled model has no law to keep
     (LAW, None, True, "not testable"),
     (None, LAW, True, "not run"),

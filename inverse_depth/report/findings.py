@@ -202,8 +202,8 @@ def appendix_rows(root: str) -> list[dict]:
       folder = f"{regime}/{runs[key][0]}"
       ours = "-" if variant is None else f"{model}: {_law_cell(variant)}" + (
           f" (controlled model: {_law_cell(control)})" if control else "")
-      verdict_text = {"not testable": "not testable here: the controlled model shows no law "
-                                      "in this regime",
+      verdict_text = {"not testable": "not testable here: the controlled model of the same "
+                                      "run misses the law check",
                       "no claim": "no claim to test"}.get(status)
       results = _load(folder, root)
       rows.append(_row(f"Appendix C: {claim}", paper_text, ours, results, found, [folder],

@@ -78,7 +78,8 @@ def claim_status(variant: dict | None, control: dict | None,
                  paper_finds_law: bool | None) -> tuple[str, list[checks.Check]]:
   """Whether an appendix C claim holds in one regime: "holds" or "fails" with the check that
   decided it (checks.depth_trend on the variant, the paper's approximately inverse-depth
-  trend; negated where the paper finds the trend lost), or "not run", "no claim", "not
+  trend; checks.depth_trend_lost where the paper finds the trend lost: a fall steeper than
+  the trend's range does not lose it), or "not run", "no claim", "not
   testable" (the controlled model of the same run fails checks.depth_law: it shows no law,
   so the variant has none to keep) with no check."""
   if variant is None:
@@ -87,9 +88,7 @@ def claim_status(variant: dict | None, control: dict | None,
     return "no claim", []
   if control is None or not checks.depth_law(control).passed:
     return "not testable", []
-  trend = checks.depth_trend(variant)
-  found = (trend if paper_finds_law
-           else checks.Check("no depth trend", not trend.passed, trend.text))
+  found = checks.depth_trend(variant) if paper_finds_law else checks.depth_trend_lost(variant)
   return ("holds" if found.passed else "fails"), [found]
 
 
