@@ -44,8 +44,9 @@ VARIANTS = {
 
 # `short16`: the short tier halved in depth and in time (a depth-L model relaxes about L
 # times slower under SGD, so depth 16 needs half depth 32's steps), the last 12 evaluations
-# (the last half of the run, as at `short`) averaged. C.3's CPU tier: ~1.2 s per step.
+# (the last half of the run, as at `short`) averaged. C.3's CPU tier.
 SHORT16 = dict(depths=(1, 2, 4, 8, 16), max_steps=3000, eval_every=125)
+TIERS = tables.SGD_TIERS + ("short16",)
 
 
 def get_config(argument: str = "top2,short"):
@@ -54,9 +55,9 @@ def get_config(argument: str = "top2,short"):
   if variant not in VARIANTS:
     raise ConfigError(f"sgd_generalized variant {variant!r} does not exist: allowed "
                       f"{', '.join(VARIANTS)} (argument VARIANT,TIER)")
-  if tier not in tables.SGD_TIERS + ("short16",):
+  if tier not in TIERS:
     raise ConfigError(f"sgd_generalized tier {tier!r} does not exist: allowed "
-                      f"{', '.join(tables.SGD_TIERS + ('short16',))} (argument VARIANT,TIER)")
+                      f"{', '.join(TIERS)} (argument VARIANT,TIER)")
   model, k, loop_group = VARIANTS[variant]
   config = tables.sgd_law_base("short" if tier == "short16" else tier, k, ((0.0, 0.0),))
   if tier == "short16":
