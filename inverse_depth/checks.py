@@ -7,6 +7,7 @@ misses by claim; FINDINGS.md is built from the same checks.
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -109,14 +110,9 @@ def depth_trend_lost(fit: dict) -> Check:
   """The paper's top-16 context updates: depth no longer helps. Passes unless the fit resolves
   a fall R_L = L0 + c L^-alpha with alpha >= TREND_ALPHA_RANGE[0] and R^2 >= TREND_MIN_R2; a
   fall steeper than the trend's range still keeps a depth trend (depth_trend fails it too)."""
-  low, min_r2 = TREND_ALPHA_RANGE[0], TREND_MIN_R2
-  if not fit["resolved"]:
-    return Check("no depth trend", True, f"{_label(fit)}: no depth law resolved "
-                 f"({fit.get('verdict', 'no fit')}).")
-  falls = bool(fit["alpha"] >= low and fit["r2"] >= min_r2)
-  return Check("no depth trend", not falls, f"{_label(fit)}: alpha {fit['alpha']:.2f} +- "
-               f"{fit['alpha_se']:.2g}, R^2 {fit['r2']:.4f} (a depth trend is lost unless a "
-               f"fall with alpha >= {low:g} and R^2 >= {min_r2:g} is resolved).")
+  falls = _exponent_in_range(fit, "no depth trend", (TREND_ALPHA_RANGE[0], math.inf),
+                             TREND_MIN_R2, "a depth trend")
+  return dataclasses.replace(falls, passed=not falls.passed)
 
 
 def softmax_floor(fit: dict) -> Check | None:
