@@ -45,6 +45,26 @@ def matmul_peak_flops(n: int, dtype=jnp.float32, repeats: int = 5) -> float:
   return 2.0 * n ** 3 / median_seconds(lambda: matmul(a, b).block_until_ready(), repeats)
 
 
+def memory_bandwidth_bytes(num_floats: int = 2 ** 26, repeats: int = 5) -> float:
+  """Measured bytes/s of main memory: a jitted triad a = b + 0.5 c over float32 arrays of
+  `num_floats` each (256 MB by default, far beyond any cache), counting 3 x 4 bytes per
+  element (two reads, one write)."""
+  keys = jax.random.split(jax.random.key(1), 2)
+  b, c = (jax.random.normal(k, (num_floats,), jnp.float32) for k in keys)
+  triad = jax.jit(lambda b, c: b + 0.5 * c)
+  triad(b, c).block_until_ready()
+  return 12.0 * num_floats / median_seconds(lambda: triad(b, c).block_until_ready(), repeats)
+
+
+def xla_cost(compiled) -> dict:
+  """FLOPs and bytes accessed that XLA's cost analysis reports for a compiled function (-1
+  where not reported). A loop body counts once."""
+  cost = compiled.cost_analysis()
+  cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+  return dict(flops=float(cost.get("flops", -1.0)),
+              bytes=float(cost.get("bytes accessed", -1.0)))
+
+
 def grid_config(*, model: str, depths, num_seeds: int, d: int, P: int, N: int, batch: int,
                 steps_per_call: int, task: str = "topk", k: int = 2):
   """The default experiment config with the sizes of one benchmark grid."""
@@ -111,9 +131,7 @@ class ChunkTimer:
 
 def xla_flops(compiled) -> float:
   """FLOPs XLA's cost analysis reports for a compiled function (-1 when not reported)."""
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost.get("flops", -1.0)) if cost else -1.0
+  return xla_cost(compiled)["flops"]
 
 
 def peak_bytes(memory: dict) -> int:

@@ -8,6 +8,8 @@ figures on a shared machine; absolute numbers carry `machine` with them.
 """
 
 import argparse
+import dataclasses
+import importlib
 import json
 import time
 
@@ -15,31 +17,45 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench import flops, harness
+from bench import before, flops, harness
+from inverse_depth import config as config_lib
+from inverse_depth import experiment
 from inverse_depth.models import MODELS
 
+# The grids the science trains (`science` figure): name -> (config file under
+# experiments/configs, its argument, the model kind whose grid is timed).
+SCIENCE_GRIDS = {
+    "law": ("sgd_law", "cpu", "softmax"),  # 3 seeds x depths 1..64
+    "tables_short": ("sgd_table1", "short", "softmax"),  # 7 spectra x depths 1..32
+    "c3_short16": ("sgd_generalized", "context_updates,short16", "context_updates"),
+    "c3_short": ("sgd_generalized", "context_updates,short", "context_updates"),
+}
 # Sizes per --size. `base`: the CPU-scale grid of the issue 3 benchmarks (the quick.py sizes of then).
 # `paper`: the paper-sized softmax grid of the `paper` figure (tiny off the accelerator sizes).
 # The grid of experiments/configs/generalized.py at C.3's batch (`kinds` figure).
 GENERALIZED_GRID = dict(depths=(1, 2, 4, 8, 16, 32), num_seeds=3, d=16, P=128, N=32, batch=64)
 TINY_PAPER = dict(depths=(1, 2, 4), num_seeds=1, d=8, P=16, N=16, batch=32)
 SIZES = {
-    "quick": dict(matmul_n=1024, loop_depths=tuple(range(1, 5)), loop_seeds=1,
+    "quick": dict(science_grids=("law", "c3_short16"), science_steps=1, matmul_n=1024,
+                  loop_depths=tuple(range(1, 5)), loop_seeds=1,
                   padding_depths=(1, 2, 4, 8, 16), scaling_layers=(64, 128, 256),
                   scaling_doublings=1, compile_models=(2, 8), steps=5, repeats=3,
                   kinds=dict(depths=(1, 2, 4), num_seeds=1, d=16, P=32, N=32, batch=64),
                   paper=TINY_PAPER),
-    "default": dict(matmul_n=2048, loop_depths=tuple(range(1, 9)), loop_seeds=1,
+    "default": dict(science_grids=tuple(SCIENCE_GRIDS), science_steps=2, matmul_n=2048,
+                    loop_depths=tuple(range(1, 9)), loop_seeds=1,
                     padding_depths=(1, 2, 4, 8, 16, 32, 64),
                     scaling_layers=(64, 128, 256, 512, 1024), scaling_doublings=1,
                     compile_models=(2, 8, 32), steps=10, repeats=5,
                     kinds=GENERALIZED_GRID, paper=TINY_PAPER),
-    "full": dict(matmul_n=2048, loop_depths=tuple(range(1, 65)), loop_seeds=4,
+    "full": dict(science_grids=tuple(SCIENCE_GRIDS), science_steps=2, matmul_n=2048,
+                 loop_depths=tuple(range(1, 65)), loop_seeds=4,
                  padding_depths=(1, 2, 4, 8, 16, 32, 64),
                  scaling_layers=(64, 128, 256, 512, 1024, 2048), scaling_doublings=3,
                  compile_models=(2, 8, 32, 64), steps=10, repeats=5,
                  kinds=GENERALIZED_GRID, paper=TINY_PAPER),
-    "gpu": dict(matmul_n=8192, loop_depths=tuple(range(1, 9)), loop_seeds=1,
+    "gpu": dict(science_grids=tuple(SCIENCE_GRIDS), science_steps=10, matmul_n=8192,
+                loop_depths=tuple(range(1, 9)), loop_seeds=1,
                 padding_depths=(1, 2, 4, 8, 16, 32, 64),
                 scaling_layers=(256, 512, 1024, 2048, 4096), scaling_doublings=2,
                 compile_models=(4, 16, 64), steps=20, repeats=5, kinds=GENERALIZED_GRID,
@@ -47,8 +63,8 @@ SIZES = {
                            N=128, batch=256)),
 }
 BASE = dict(d=16, P=32, N=32, batch=256, num_seeds=2, depths=(1, 2, 4, 8, 16))
-FIGURES = ("peak", "grid_vs_loop", "padding", "utilisation", "scaling", "compile", "kinds",
-           "paper")
+FIGURES = ("science", "peak", "grid_vs_loop", "padding", "utilisation", "scaling", "compile",
+           "kinds", "paper")
 DEFAULT_FIGURES = FIGURES[:-1]
 
 
@@ -56,6 +72,55 @@ def _timer(model, *, depths, num_seeds, d, P, N, batch, steps, seeds=None):
   config = harness.grid_config(model=model, depths=depths, num_seeds=num_seeds, d=d, P=P, N=N,
                                batch=batch, steps_per_call=steps)
   return harness.ChunkTimer(harness.make_trainer(config, seeds))
+
+
+def science_spec(name: str, steps: int) -> config_lib.GridSpec:
+  """The grid `name` of SCIENCE_GRIDS as its config file makes it, `steps` steps per call."""
+  module, argument, model = SCIENCE_GRIDS[name]
+  config = importlib.import_module(f"experiments.configs.{module}").get_config(argument)
+  spec = next(s for s in config_lib.grid_specs(config) if s.model == model and not s.ensemble)
+  return dataclasses.replace(spec, train=dataclasses.replace(spec.train, eval_every=steps,
+                                                             max_steps=10 ** 9))
+
+
+def science(size, peak_flops: float) -> dict:
+  """Today's training step against main's before issue 44 (bench/before.py) on the grids the
+  science trains, timed interleaved in one process; each against a roofline measured in
+  this run: max(FLOPs / matmul peak, bytes / memory bandwidth) with XLA's count of one
+  whole-batch step (a step whose time beats the bytes' bound keeps its data in cache)."""
+  bandwidth = harness.memory_bandwidth_bytes()
+  out = dict(memory_bandwidth=bandwidth, matmul_peak=peak_flops, grids={})
+  for name in size["science_grids"]:
+    spec = science_spec(name, size["science_steps"])
+    now = harness.ChunkTimer(experiment.grid_trainer(spec))
+    keys = experiment._root_keys(spec.root_seed)
+    then = harness.ChunkTimer(before.BeforeTrainer(
+        spec.model, spec.problem, spec.trained_depths, spec.seeds, spec.train, N=spec.N,
+        init_scales=spec.init, init_key=keys["init"], data_key=keys["data"],
+        loop_group=spec.loop_group, rate_factors=spec.rate_factors))
+    whole_batch = dataclasses.replace(spec, train=dataclasses.replace(spec.train,
+                                                                      microbatch_size=0))
+    costs = dict(now=harness.xla_cost(harness.ChunkTimer(experiment.grid_trainer(
+        whole_batch)).compiled), before=harness.xla_cost(then.compiled))
+    seconds = dict(now=[], before=[])
+    for _ in range(size["repeats"]):  # interleaved, so both see the same machine load
+      seconds["before"].append(then.seconds_per_step(1))
+      seconds["now"].append(now.seconds_per_step(1))
+    grid = dict(config=" ".join(SCIENCE_GRIDS[name]), depths=list(spec.depths),
+                replicates=len(now.trainer.replicate_seed), total_layers=sum(spec.depths),
+                batch=spec.train.batch_size, microbatch_size=spec.train.microbatch_size,
+                speedup=float(np.median(seconds["before"]) / np.median(seconds["now"])))
+    for version in ("before", "now"):
+      step_s = float(np.median(seconds[version]))
+      flop_s, byte_s = (costs[version]["flops"] / peak_flops,
+                        costs[version]["bytes"] / bandwidth)
+      grid[version] = dict(step_ms=1e3 * step_s, **costs[version],
+                           roofline_ms=1e3 * max(flop_s, byte_s),
+                           bound="memory" if byte_s > flop_s else "flops",
+                           fraction_of_roofline=max(flop_s, byte_s) / step_s,
+                           compile_s=(now if version == "now" else then).compile_s)
+    out["grids"][name] = grid
+  return out
 
 
 def peak(size) -> dict:
@@ -241,6 +306,20 @@ def table(results: dict) -> str:
     lines.append(f"{name:<46} {value:>14}  {note}")
 
   figs = results["figures"]
+  if "science" in figs:
+    sc = figs["science"]
+    row("memory bandwidth (triad, GB/s)", f"{sc['memory_bandwidth'] / 1e9:.1f}",
+        "absolute, this machine")
+    for name, g in sc["grids"].items():
+      row(f"{name}: step now / before (ms)",
+          f"{g['now']['step_ms']:.0f} / {g['before']['step_ms']:.0f}",
+          f">= 2.5x: {g['speedup']:.2f}x ({g['config']}, {g['replicates']} x "
+          f"{g['total_layers']} layers, blocks of {g['microbatch_size']})")
+      for version in ("before", "now"):
+        v = g[version]
+        row(f"  {version}: fraction of roofline", f"{100 * v['fraction_of_roofline']:.0f}%",
+            f"{v['bound']}-bound roofline {v['roofline_ms']:.0f} ms ({v['flops'] / 1e9:.2f} "
+            f"GFLOP, {v['bytes'] / 1e9:.2f} GB a step)")
   if "peak" in figs:
     for dtype in ("float32", "bfloat16"):
       if dtype in figs["peak"]:
@@ -321,10 +400,12 @@ def main() -> None:
   start = time.perf_counter()
   for name in wanted:  # in the order given; results are written after each figure
     t0 = time.perf_counter()
-    if name in ("utilisation", "paper") and "peak" not in results["figures"]:
+    if name in ("science", "utilisation", "paper") and "peak" not in results["figures"]:
       results["figures"]["peak"] = peak(size)
     if name == "peak":
       results["figures"]["peak"] = peak(size)
+    elif name == "science":
+      results["figures"]["science"] = science(size, results["figures"]["peak"]["float32"])
     elif name == "utilisation":
       results["figures"]["utilisation"] = utilisation(size, results["figures"]["peak"]["float32"])
     elif name == "paper":

@@ -92,6 +92,9 @@ FIELDS: dict[str, tuple[Callable, str]] = {
               f"entries for model kinds ({', '.join(MODELS)}), each with d, P, N, one for "
               "every kind in config.model"),
     "batch_size": _int_at_least(1),
+    "microbatch_size": (lambda v: _is_int(v) and v >= 0,
+                        "an integer >= 0 (contexts per block of the training gradient; 0: "
+                        "automatic, train.CPU_CONTEXTS_PER_BLOCK on a CPU)"),
     "optimizer": (lambda v: v in OPTIMIZERS, f"one of {OPTIMIZERS}"),
     "momentum": _real_in(0.0, 1.0, open_low=False, open_high=True),
     "schedule": (lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
@@ -139,17 +142,20 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "checkpoints_to_keep": _int_at_least(1),
 }
 
-# Fields that change how a run is saved but not what it computes: a rerun may change them
-# without starting over, and they are left out of the config hash. (eval_chunk_size is not
-# one: evaluation compiled for another chunk shape may round differently, and the
-# convergence rule can amplify a last-bit difference.)
-RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep")
+# Fields that change how a run is saved or blocked but not what it computes: a rerun may
+# change them without starting over, and they are left out of the config hash.
+# microbatch_size changes only the summation order of the training gradient (train.py); a
+# resumed run with another block size continues the same state. (eval_chunk_size is not one:
+# evaluation compiled for another chunk shape may round differently, and the convergence
+# rule can amplify a last-bit difference in the validation losses it compares.)
+RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep", "microbatch_size")
 
 # Fields added after results were saved, each with the value that reproduces the behaviour
 # from before it existed: a config holding that value hashes (and resumes a workdir) as one
 # saved without the field.
 FIELDS_ADDED_LATER = {"value_init": "random", "W_y_init_scale": 1.0, "stationary_evals": 1,
-                      "stationarity_z": 3.0, "rate_factors": [1.0]}
+                      "stationarity_z": 3.0, "rate_factors": [1.0],
+                      "microbatch_size": 0}
 
 
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
@@ -285,7 +291,8 @@ def train_settings(config) -> TrainSettings:
       lr_decay_factor=config.lr_decay_factor, max_lr_decays=config.max_lr_decays,
       divergence_loss=config.divergence_loss, optimizer=config.optimizer,
       momentum=config.momentum, schedule=config.schedule,
-      depth_scaled_layer_lr=config.depth_scaled_layer_lr)
+      depth_scaled_layer_lr=config.depth_scaled_layer_lr,
+      microbatch_size=config.microbatch_size)
 
 
 def init_scales(config) -> InitScales:

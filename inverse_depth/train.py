@@ -58,7 +58,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from inverse_depth import tasks
 from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
-from inverse_depth.models import LAYER_PREDICTIONS, TEST_ATTENTION
+from inverse_depth.models import LAYER_PREDICTIONS, SPLIT_PREDICTIONS, TEST_ATTENTION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +98,9 @@ class TrainSettings:
   momentum: float = 0.9  # SGD only
   schedule: str = "stall_decay"  # one of SCHEDULES
   depth_scaled_layer_lr: bool = False
+  # Contexts per block of the gradient (`block_size`; 0: automatic). It changes only the
+  # summation order, so two settings that differ in it compare equal.
+  microbatch_size: int = dataclasses.field(default=0, compare=False)
 
 
 OPTIMIZERS = ("adam", "sgd")
@@ -155,6 +158,63 @@ def grid_losses(layer_predictions: Callable, params: Params, batch_S: tasks.Batc
     return jnp.mean((predictions_MB - batch.target_B[None]) ** 2, axis=-1)
 
   return jax.vmap(seed_losses)(params, batch_S)
+
+
+# Contexts per block of the training gradient on a CPU when microbatch_size is 0 (automatic),
+# measured on 2 cores (bench/README.md "Blocks"): the packed kinds' [T, block, P] scores stay
+# in cache at a few contexts, context updates' [block, P, P] attention per layer at a few
+# dozen. The other kinds, and every kind on an accelerator, take the whole batch at once.
+CPU_CONTEXTS_PER_BLOCK = {"softmax": 4, "per_layer_values": 4, "looped": 4,
+                          "context_updates": 32}
+
+
+def block_size(batch_size: int, microbatch_size: int, model: str,
+               backend: str | None = None) -> int:
+  """Contexts per block of the gradient: the largest divisor of `batch_size` that is at most
+  `microbatch_size`, or for 0 at most the kind's CPU_CONTEXTS_PER_BLOCK on a CPU (the whole
+  batch elsewhere)."""
+  if microbatch_size == 0:
+    on_cpu = (backend or jax.default_backend()) == "cpu"
+    microbatch_size = CPU_CONTEXTS_PER_BLOCK.get(model, batch_size) if on_cpu else batch_size
+  return max(n for n in range(1, min(microbatch_size, batch_size) + 1) if batch_size % n == 0)
+
+
+def blocked_grid_gradient(split, params: Params, batch_S: tasks.Batch, layout: GridLayout,
+                          contexts_per_block: int) -> tuple[Params, jax.Array]:
+  """Gradient of the grid loss sum_{s,m} R_sm, and the losses R [S, M], block by block.
+
+  R_sm = (1/B) sum_b (y_hat_b - y*_b)^2 is a sum over blocks of contexts, so its gradient is
+  the sum of the blocks' gradients (the whole batch's up to summation order). `split` is the
+  kind's (features, predict) (models.SPLIT_PREDICTIONS): the features are computed once, each
+  block's gradient is taken with respect to them inside a `lax.scan` that accumulates it,
+  and the sum is pulled back to the parameters once. A block's [T, block, P] intermediates
+  are small enough to stay in cache, where the whole batch's went to main memory
+  (bench/README.md: block size and speed-up measured).
+  """
+  features_fn, predict = split
+  batch_size = batch_S.target_B.shape[1]
+  num_blocks = batch_size // contexts_per_block
+  features_S, pull_back = jax.vjp(jax.vmap(lambda p: features_fn(p, layout)), params)
+  blocks = jax.tree.map(  # [num_blocks, S, contexts_per_block, ...]
+      lambda x: jnp.swapaxes(x.reshape((x.shape[0], num_blocks, contexts_per_block)
+                                       + x.shape[2:]), 0, 1), batch_S)
+
+  def block_losses(features_S, block_S):
+    """Each model's share of its loss from one block: [S, M]."""
+    def one_seed(features, block):
+      predictions_MB = layout.model_mean(predict(features, block, layout))
+      return jnp.sum((predictions_MB - block.target_B[None]) ** 2, axis=-1) / batch_size
+    losses_SM = jax.vmap(one_seed)(features_S, block_S)
+    return losses_SM.sum(), losses_SM
+
+  def accumulate(totals, block_S):
+    feature_grads, losses_SM = jax.grad(block_losses, has_aux=True)(features_S, block_S)
+    return jax.tree.map(jnp.add, totals, (feature_grads, losses_SM)), None
+
+  zeros = jax.tree.map(jnp.zeros_like, features_S), jnp.zeros(
+      batch_S.target_B.shape[:1] + (layout.num_models,), batch_S.target_B.dtype)
+  (feature_grads, losses_SM), _ = jax.lax.scan(accumulate, zeros, blocks)
+  return pull_back(feature_grads)[0], losses_SM
 
 
 def _finite_per_model(tree: Params, layout: GridLayout) -> jax.Array:
@@ -279,14 +339,15 @@ class GridTrainer:
     return jax.vmap(lambda key, a, b: self.problem.sample(key, self.settings.batch_size, a, b))(
         keys, spectra[:, 0], spectra[:, 1])
 
+  def _gradient(self, params: Params, batch_S: tasks.Batch) -> tuple[Params, jax.Array]:
+    """Gradient of the grid loss and the losses [S, M], over blocks of `microbatch_size`
+    contexts (`blocked_grid_gradient`)."""
+    return blocked_grid_gradient(
+        SPLIT_PREDICTIONS[self.model], params, batch_S, self.layout,
+        block_size(self.settings.batch_size, self.settings.microbatch_size, self.model))
+
   def _train_step(self, state: TrainState, _) -> tuple[TrainState, jax.Array]:
-    batch_S = self.training_batch(state.step)
-
-    def total_loss(params):
-      losses_SM = grid_losses(self._layer_predictions, params, batch_S, self.layout)
-      return losses_SM.sum(), losses_SM
-
-    grads, losses_SM = jax.grad(total_loss, has_aux=True)(state.params)
+    grads, losses_SM = self._gradient(state.params, self.training_batch(state.step))
     updates, new_opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     updates = jax.tree.map(jnp.multiply, updates,
                            per_model_tree(updates, self.layout, state.lr_scale_SM))

@@ -14,9 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bench import before
 from inverse_depth import analysis
 from inverse_depth.grid import GridLayout, InitScales, init_grid
-from inverse_depth.train import GridTrainer, Problem, TrainSettings, _finite_per_model
+from inverse_depth.models import LAYER_PREDICTIONS, MODELS, SPLIT_PREDICTIONS
+from inverse_depth.train import (CPU_CONTEXTS_PER_BLOCK, GridTrainer, Problem, TrainSettings,
+                                 _finite_per_model, block_size, blocked_grid_gradient,
+                                 grid_losses)
 
 PROBLEM = Problem(task="topk", k=2, d=4, P=8, spectra=((0.0, 0.0),))
 SETTINGS = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_steps=40,
@@ -432,3 +436,88 @@ def test_spectrum_axis_equals_each_spectrum_trained_alone():
   # The two spectra really differ (else the test above proves nothing).
   assert not np.allclose(np.asarray(state_both.params["layer"]["W_q"])[0],
                          np.asarray(state_both.params["layer"]["W_q"])[2])
+
+
+# --- the blocked gradient (issue 44) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_blocked_gradient_equals_the_whole_batch_gradient(model, x64):
+  """For every kind, the gradient and losses accumulated over blocks of contexts (through
+  the kind's features) equal plain autodiff of the whole batch's grid loss (float64, so only
+  the summation order differs)."""
+  layout = GridLayout((1, 2, 3))
+  params = init_grid(jax.random.key(3), layout, (0, 1), d=PROBLEM.d, N=N,
+                     scales=InitScales(qk_init="identity", m_init=-1.0), model=model)
+  params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
+  batch_S = jax.tree.map(
+      lambda *xs: jnp.stack(xs).astype(jnp.float64),
+      *[PROBLEM.sample(jax.random.key(s), 12, 0.0, 0.0) for s in (4, 5)])
+
+  def total_loss(params):
+    losses_SM = grid_losses(LAYER_PREDICTIONS[model], params, batch_S, layout)
+    return losses_SM.sum(), losses_SM
+
+  expected_grads, expected_losses = jax.jit(jax.grad(total_loss, has_aux=True))(params)
+  grads, losses = jax.jit(blocked_grid_gradient, static_argnums=(0, 3, 4))(
+      SPLIT_PREDICTIONS[model], params, batch_S, layout, 4)
+  np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
+  for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(expected_grads)):
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
+
+
+def test_context_updates_gradient_equals_the_step_before_issue_44(x64):
+  """The context-updates model as it trains now (layers unrolled over their non-zero Krylov
+  columns, a custom backward of the context scores, S c without a normalised S) gives the
+  gradient of the scanned, rematerialised model that bench/before.py keeps."""
+  layout = GridLayout((1, 2, 4))
+  params = init_grid(jax.random.key(3), layout, (0,), d=PROBLEM.d, N=N,
+                     scales=InitScales(qk_init="identity", m_init=-1.0),
+                     model="context_updates")
+  params = jax.tree.map(lambda x: x[0].astype(jnp.float64), params)
+  batch = jax.tree.map(lambda x: x.astype(jnp.float64),
+                       PROBLEM.sample(jax.random.key(4), 12, 0.0, 0.0))
+
+  def loss(predictions):
+    return lambda p: jnp.sum(layout.model_mean(predictions(p, batch, layout)) ** 2)
+
+  now, then = (LAYER_PREDICTIONS["context_updates"],
+               before.context_updates_layer_predictions)
+  np.testing.assert_allclose(now(params, batch, layout), then(params, batch, layout),
+                             rtol=1e-10)
+  for got, want in zip(jax.tree.leaves(jax.grad(loss(now))(params)),
+                       jax.tree.leaves(jax.grad(loss(then))(params))):
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
+
+
+def test_block_size_is_the_largest_divisor_of_the_batch_not_above_the_setting():
+  assert block_size(256, 4, "softmax") == 4
+  assert block_size(100, 8, "softmax") == 5
+  assert block_size(7, 4, "softmax") == 1
+  assert block_size(16, 100, "softmax") == 16
+  # 0: the kind's measured CPU block, the whole batch on an accelerator or for other kinds.
+  assert block_size(256, 0, "softmax", "cpu") == CPU_CONTEXTS_PER_BLOCK["softmax"]
+  assert block_size(256, 0, "context_updates", "cpu") == CPU_CONTEXTS_PER_BLOCK[
+      "context_updates"]
+  assert block_size(256, 0, "linear", "cpu") == 256
+  assert block_size(256, 0, "softmax", "gpu") == 256
+
+
+def test_a_grid_trains_the_same_in_blocks_and_whole(val_set):
+  """Two chunks of training with the gradient in blocks of 4 contexts and in one block end
+  at the same losses and parameters to float32 tolerance."""
+  blocked = _trainer("softmax", GRID_DEPTHS, GRID_SEEDS,
+                     dataclasses.replace(SETTINGS, microbatch_size=4))
+  whole = GridTrainer("softmax", PROBLEM, GRID_DEPTHS, GRID_SEEDS,
+                      dataclasses.replace(SETTINGS, microbatch_size=SETTINGS.batch_size), N=N,
+                      init_scales=InitScales(), init_key=jax.random.key(10),
+                      data_key=jax.random.key(11))
+  states = []
+  for trainer in (blocked, whole):
+    state = trainer.init_state()
+    for _ in range(2):
+      state, losses_SM = trainer.train_chunk(state)
+    states.append((np.asarray(losses_SM), _copy(state.params)))
+  np.testing.assert_allclose(states[0][0], states[1][0], rtol=1e-5)
+  for got, want in zip(jax.tree.leaves(states[0][1]), jax.tree.leaves(states[1][1])):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

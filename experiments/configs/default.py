@@ -57,6 +57,13 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # in another applies it by name (config.update(regimes.NAME)).
   # Contexts per training step (per seed).
   config.batch_size = regimes.SGD_LAW["batch_size"]
+  # Contexts per block of the training gradient: the step accumulates the gradient over
+  # blocks of at most this many contexts (the largest divisor of batch_size not above it),
+  # the same gradient up to summation order; small blocks keep a step's intermediates in a
+  # CPU's cache. 0: automatic, the block measured best for the model kind on a CPU
+  # (train.CPU_CONTEXTS_PER_BLOCK) and the whole batch on an accelerator. Not part of the
+  # config hash (config.RUNTIME_FIELDS).
+  config.microbatch_size = 0
   # Optimiser: "adam" or "sgd" (heavy-ball momentum, below). Element-wise either way, so the
   # models of a grid stay independent.
   config.optimizer = regimes.SGD_LAW["optimizer"]

@@ -15,6 +15,19 @@ LAYER_PREDICTIONS = {
     "looped": looped.layer_predictions,
 }
 MODELS = tuple(LAYER_PREDICTIONS)
+# (features, predict) per kind: layer_predictions(params, batch, layout) equals
+# predict(features(params, layout), batch, layout), where `features` is the part of the model
+# that does not depend on the contexts (softmax.features). The trainer computes it once per
+# step and runs `predict` block by block over the batch (train.py). Kinds without such a part
+# use the parameters themselves as features.
+_PARAMS_AS_FEATURES = lambda params, layout: params  # noqa: E731
+SPLIT_PREDICTIONS = {
+    kind: (_PARAMS_AS_FEATURES, layer_predictions) for kind, layer_predictions in
+    LAYER_PREDICTIONS.items()} | {
+    "softmax": (softmax.features, softmax.predict),
+    "per_layer_values": (per_layer_values.features, softmax.predict),
+    "looped": (looped.features, softmax.predict),
+}
 # Query rows p_l of every packed layer ([T, B, P]) for the models that have them.
 TEST_ATTENTION = {
     "softmax": softmax.test_attention,

@@ -27,6 +27,11 @@ def test_attention(params, batch: Batch, layout: GridLayout) -> jax.Array:
   return softmax.test_attention(tied_params(params, layout), batch, layout)
 
 
+def features(params, layout: GridLayout) -> dict:
+  """The controlled model's features (softmax.features) of the tied parameters."""
+  return softmax.features(tied_params(params, layout), layout)
+
+
 def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """f_l = g p_l . y with the tied query rows: [T, B]."""
   return softmax.layer_predictions(tied_params(params, layout), batch, layout)

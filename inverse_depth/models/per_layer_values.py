@@ -25,8 +25,12 @@ def value_gains(params, layout: GridLayout) -> jax.Array:
                     params["layer"]["W_v"], layout.expand_to_layers(model["W_y"]))
 
 
+def features(params, layout: GridLayout) -> dict[str, jax.Array]:
+  """The controlled model's scoring features with every layer's own gain g_l
+  (softmax.features); the predictors are then `softmax.predict` of them."""
+  return dict(softmax.scoring_features(params, layout), gain_T=value_gains(params, layout))
+
+
 def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """f_l = g_l p_l . y for every packed layer: [T, B]."""
-  attention_TBP = softmax.test_attention(params, batch, layout)
-  return value_gains(params, layout)[:, None] * jnp.einsum("tbp,bp->tb", attention_TBP,
-                                                           batch.y_context_BP)
+  return softmax.predict(features(params, layout), batch, layout)

@@ -19,6 +19,12 @@ layer per step: a layer then costs O(d^2 + P d) per context, independent of
 the width N. The scales r enter after the contractions, so every layer of
 every model runs in one batched contraction against the shared raw inputs
 (no per-model slices, no per-model copy of the context).
+
+The parameters enter only through `features` (the forms B_l, each model's
+G = Wc^T Wc / N, which gives sigma(x)^2 = x^T G x + eps, and the gains), which do
+not depend on the contexts; `predict` maps features and a batch to the predictors.
+The trainer computes the features once per step and runs `predict` over blocks of
+contexts (train.py).
 """
 
 import jax
@@ -38,26 +44,45 @@ def layer_norm(h_BN: jax.Array) -> jax.Array:
 
 def inverse_scales(centred_W_x_ND: jax.Array, x_BD: jax.Array) -> jax.Array:
   """r = 1/sigma(x), so that layer_norm(W_x x) = r Wc x (any leading axes on x)."""
-  gram_DD = centred_W_x_ND.T @ centred_W_x_ND
-  mean_square = jnp.einsum("...d,de,...e->...", x_BD, gram_DD, x_BD) / centred_W_x_ND.shape[0]
+  return inverse_scales_from_gram(centred_W_x_ND.T @ centred_W_x_ND / centred_W_x_ND.shape[0],
+                                  x_BD)
+
+
+def inverse_scales_from_gram(gram_DD: jax.Array, x_BD: jax.Array) -> jax.Array:
+  """r = 1/sigma(x) = (x^T G x + eps)^(-1/2) with G = Wc^T Wc / N (any leading axes on x)."""
+  mean_square = jnp.einsum("...d,de,...e->...", x_BD, gram_DD, x_BD)
   return jax.lax.rsqrt(mean_square + LAYER_NORM_EPS)
 
 
-def test_attention(params, batch: Batch, layout: GridLayout) -> jax.Array:
-  """Query rows p_l of every packed layer: [T, B, P], each row sums to 1."""
+def scoring_features(params, layout: GridLayout) -> dict[str, jax.Array]:
+  """What the scores need from the parameters, computed once per step: every layer's form
+  B_l = (W_q^l Wc)^T (W_k^l Wc) ([T, d, d]) and every model's G = Wc^T Wc / N ([M, d, d])."""
   model, layer = params["model"], params["layer"]
   centred_W_x_MND = model["W_x"] - model["W_x"].mean(axis=1, keepdims=True)
-  scale_context_MBP = jax.vmap(inverse_scales, (0, None))(centred_W_x_MND, batch.x_context_BPD)
-  scale_test_MB = jax.vmap(inverse_scales, (0, None))(centred_W_x_MND, batch.x_test_BD)
+  gram_MDD = jnp.einsum("mnd,mne->mde", centred_W_x_MND, centred_W_x_MND) / (
+      centred_W_x_MND.shape[1])
   centred_W_x_TND = layout.expand_to_layers(centred_W_x_MND)
   query_map_TND = jnp.einsum("tij,tjd->tid", layer["W_q"], centred_W_x_TND)
   key_map_TND = jnp.einsum("tij,tjd->tid", layer["W_k"], centred_W_x_TND)
-  bilinear_TDD = jnp.einsum("tnd,tne->tde", query_map_TND, key_map_TND)  # B_l
-  probe_TBE = jnp.einsum("tde,bd->tbe", bilinear_TDD, batch.x_test_BD)
+  return dict(form_TDD=jnp.einsum("tnd,tne->tde", query_map_TND, key_map_TND), gram_MDD=gram_MDD)
+
+
+def test_attention_from_features(features, batch: Batch, layout: GridLayout) -> jax.Array:
+  """Query rows p_l of every packed layer from `scoring_features`: [T, B, P]."""
+  gram_MDD = features["gram_MDD"]
+  scale_context_MBP = jax.vmap(inverse_scales_from_gram, (0, None))(gram_MDD,
+                                                                    batch.x_context_BPD)
+  scale_test_MB = jax.vmap(inverse_scales_from_gram, (0, None))(gram_MDD, batch.x_test_BD)
+  probe_TBE = jnp.einsum("tde,bd->tbe", features["form_TDD"], batch.x_test_BD)
   raw_scores_TBP = jnp.einsum("tbe,bpe->tbp", probe_TBE, batch.x_context_BPD)
   scores_TBP = (raw_scores_TBP * layout.expand_to_layers(scale_test_MB)[:, :, None]
                 * layout.expand_to_layers(scale_context_MBP))
   return jax.nn.softmax(scores_TBP, axis=-1)
+
+
+def test_attention(params, batch: Batch, layout: GridLayout) -> jax.Array:
+  """Query rows p_l of every packed layer: [T, B, P], each row sums to 1."""
+  return test_attention_from_features(scoring_features(params, layout), batch, layout)
 
 
 def value_gain(params) -> jax.Array:
@@ -66,8 +91,20 @@ def value_gain(params) -> jax.Array:
   return jnp.einsum("mi,mij,mj->m", model["W_o"], model["W_v"], model["W_y"])
 
 
+def features(params, layout: GridLayout) -> dict[str, jax.Array]:
+  """Everything the predictors need from the parameters (`scoring_features` and every
+  layer's gain g, [T]): the part of the model that does not depend on the contexts."""
+  return dict(scoring_features(params, layout),
+              gain_T=layout.expand_to_layers(value_gain(params)))
+
+
+def predict(features, batch: Batch, layout: GridLayout) -> jax.Array:
+  """f_l = g_l p_l . y for every packed layer from `features`: [T, B]."""
+  attention_TBP = test_attention_from_features(features, batch, layout)
+  return features["gain_T"][:, None] * jnp.einsum("tbp,bp->tb", attention_TBP,
+                                                  batch.y_context_BP)
+
+
 def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """f_l = g p_l . y for every packed layer: [T, B]."""
-  attention_TBP = test_attention(params, batch, layout)
-  gain_T = layout.expand_to_layers(value_gain(params))
-  return gain_T[:, None] * jnp.einsum("tbp,bp->tb", attention_TBP, batch.y_context_BP)
+  return predict(features(params, layout), batch, layout)
