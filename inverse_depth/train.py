@@ -56,7 +56,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from inverse_depth import tasks
+from inverse_depth import tasks, trajectory
 from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
 from inverse_depth.models import LAYER_PREDICTIONS, SPLIT_PREDICTIONS, TEST_ATTENTION
 
@@ -450,26 +450,33 @@ class GridTrainer:
               for i in range(0, size, chunk_size)]
     return np.concatenate([np.asarray(c) for c in chunks], axis=-1)
 
-  def model_losses(self, params: Params, eval_sets: tuple[tasks.Batch, ...],
-                   chunk_size: int) -> np.ndarray:
-    """Loss R of every model of `layout` (a padding model included), each replicate on the
-    held-out set of its spectrum (`eval_sets[j]` for spectrum j): [S, M]."""
-    losses = []
+  def model_identity_terms(self, params: Params, eval_sets: tuple[tasks.Batch, ...],
+                           chunk_size: int) -> dict[str, np.ndarray]:
+    """R, A and C (trajectory.identity_terms) of every model of `layout` (a padding model
+    included), each replicate on the held-out set of its spectrum (`eval_sets[j]` for
+    spectrum j): arrays [S, M]."""
+    terms = []
     for group, (spectrum, _) in enumerate(self.groups):
       eval_set = eval_sets[spectrum]
-      layer_preds_STE = self.predict(params, eval_set, chunk_size, group)
-      predictions_SME = np.stack([layer_preds_STE[:, self.layout.layer_slice(m)].mean(axis=1)
-                                  for m in range(self.layout.num_models)], axis=1)
-      losses.append(np.mean((predictions_SME - np.asarray(eval_set.target_B)) ** 2, axis=-1))
-    return np.concatenate(losses)
+      terms.append(trajectory.identity_terms(self.predict(params, eval_set, chunk_size, group),
+                                             eval_set.target_B, self.layout))
+    return {name: np.concatenate([t[name] for t in terms]) for name in ("R", "A", "C")}
+
+  def model_losses(self, params: Params, eval_sets: tuple[tasks.Batch, ...],
+                   chunk_size: int) -> np.ndarray:
+    """Loss R of every model of `layout` on the held-out set of its spectrum: [S, M]."""
+    return self.model_identity_terms(params, eval_sets, chunk_size)["R"]
 
   def fit(self, state: TrainState, val_sets: tuple[tasks.Batch, ...],
           chunk_size: int) -> Iterator[tuple[TrainState, dict]]:
     """Train until no model is active or `max_steps`; yields (state, progress) per evaluation.
 
     `val_sets[j]` is the validation set of spectrum j. Progress arrays are [S, M] over the
-    real models; `selected_mass` (models with attention rows only) is the mean attention
-    mass on the tokens that make the target, on the first validation chunk. `elapsed_s`
+    real models: the training and validation losses, `val_A` and `val_C` (the identity's A
+    and C on the validation set), the parameter summary of inverse_depth.trajectory (norms,
+    gain, score temperature), the rule's bookkeeping, and `selected_mass` (models with
+    attention rows only: the mean attention mass on the tokens that make the target, on the
+    first validation chunk). `elapsed_s`
     counts from this call (a resumed run starts it again; experiment.py adds the earlier
     attempts' time).
     """
@@ -477,14 +484,17 @@ class GridTrainer:
     start_step = int(state.step)
     while int(state.step) < self.settings.max_steps and bool(state.active_SM.any()):
       state, train_loss_SM = self.train_chunk(state)
-      val_loss_SM = self.model_losses(state.params, val_sets, chunk_size)
+      val_terms = self.model_identity_terms(state.params, val_sets, chunk_size)
+      val_loss_SM = val_terms["R"]
       state = self.update_convergence(state, jnp.asarray(val_loss_SM, jnp.float32))
       step = int(state.step)
       elapsed = time.time() - start
       rate = (step - start_step) / max(elapsed, 1e-9)
       progress = [("train_loss", train_loss_SM), ("val_loss", val_loss_SM),
                   ("lr_scale", state.lr_scale_SM), ("converged", state.converged_SM),
-                  ("diverged", state.diverged_SM)]
+                  ("diverged", state.diverged_SM), ("val_A", val_terms["A"]),
+                  ("val_C", val_terms["C"])]
+      progress += trajectory.parameter_summary(state.params, self.layout).items()
       if self.selected_mass is not None:
         progress.append(("selected_mass", np.concatenate([
             np.asarray(self.selected_mass(

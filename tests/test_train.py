@@ -99,6 +99,21 @@ def test_grid_model_equals_model_trained_alone(grid_and_alone):
     np.testing.assert_allclose(grid_progress["lr_scale"][s][m], alone_progress["lr_scale"][0][0])
 
 
+def test_progress_records_the_identity_and_the_parameter_summary(grid_and_alone):
+  """Every evaluation records A and C beside R (R = C + (A - C)/L; A = R at L = 1) and the
+  parameter summary of inverse_depth.trajectory, per model."""
+  for progress in grid_and_alone["grid_history"]:
+    R, A, C = (np.asarray(progress[k]) for k in ("val_loss", "val_A", "val_C"))
+    depths = np.asarray(GRID_DEPTHS, float)
+    deep = depths > 1
+    np.testing.assert_allclose(R[:, deep], C[:, deep] + (A[:, deep] - C[:, deep]) / depths[deep],
+                               rtol=1e-9)
+    np.testing.assert_allclose(A[:, ~deep], R[:, ~deep], rtol=1e-9)
+    assert np.all(np.isnan(C[:, ~deep]))
+    assert np.asarray(progress["norm_W_x"]).shape == R.shape
+    assert "temperature" in progress and "norm_W_q" in progress
+
+
 def test_convergence_bookkeeping_was_exercised(grid_and_alone):
   """The settings make lr decay and convergence fire, at different times per model."""
   g = grid_and_alone["grid_state"]

@@ -1,0 +1,44 @@
+"""What a run records per model at every evaluation (inverse_depth.trajectory): the identity's
+R, A, C from layer predictors, and the parameter summary (norms, gain, score temperature)."""
+
+import jax
+import numpy as np
+
+from inverse_depth import analysis, trajectory
+from inverse_depth.grid import GridLayout, InitScales, init_grid
+from inverse_depth.models import softmax
+
+
+def test_identity_terms_equal_decompose_model_by_model():
+  layout = GridLayout((1, 2, 5))
+  rng = np.random.default_rng(0)
+  layer_preds_STE = rng.normal(size=(2, layout.total_layers, 50))
+  target_E = rng.normal(size=50)
+  terms = trajectory.identity_terms(layer_preds_STE, target_E, layout)
+  for s in range(2):
+    for m in range(layout.num_models):
+      expected = analysis.decompose(layer_preds_STE[s, layout.layer_slice(m)], target_E)
+      np.testing.assert_allclose(terms["R"][s, m], expected["R"], rtol=1e-12)
+      np.testing.assert_allclose(terms["A"][s, m], expected["A"], rtol=1e-12)
+      if layout.depths[m] == 1:
+        assert np.isnan(terms["C"][s, m])
+      else:
+        np.testing.assert_allclose(terms["C"][s, m], expected["C"], rtol=1e-12)
+
+
+def test_parameter_summary_reads_the_identity_start():
+  """W_q = W_k = s I (+ 0.01 noise) gives temperature s^2 N with a small spread across layers,
+  |W_q| = s sqrt(N) per layer, and the gain is softmax.value_gain."""
+  layout, N, scale = GridLayout((1, 3)), 16, 0.73
+  params = init_grid(jax.random.key(0), layout, (0, 1), d=8, N=N,
+                     scales=InitScales(qk_init="identity", qk_scale=scale))
+  summary = trajectory.parameter_summary(params, layout)
+  assert set(summary) >= {"norm_W_x", "norm_W_y", "norm_W_v", "norm_W_o", "norm_W_q",
+                          "norm_W_k", "gain", "temperature", "temperature_spread"}
+  np.testing.assert_allclose(summary["temperature"], scale ** 2 * N, rtol=0.02)
+  assert np.all(summary["temperature_spread"] < 0.02)
+  np.testing.assert_allclose(summary["norm_W_q"], scale * np.sqrt(N), rtol=0.02)
+  gains = np.stack([softmax.value_gain(jax.tree.map(lambda x: x[s], params)) for s in (0, 1)])
+  np.testing.assert_allclose(summary["gain"], gains, rtol=1e-6)
+  np.testing.assert_allclose(summary["norm_W_x"][0, 0],
+                             np.linalg.norm(np.asarray(params["model"]["W_x"][0, 0])), rtol=1e-6)
