@@ -21,6 +21,7 @@ from bench import before, flops, harness
 from inverse_depth import config as config_lib
 from inverse_depth import experiment
 from inverse_depth.models import MODELS
+from inverse_depth.train import block_size
 
 # The grids the science trains (`science` figure): name -> (config file under
 # experiments/configs, its argument, the model kind whose grid is timed).
@@ -85,9 +86,11 @@ def science_spec(name: str, steps: int) -> config_lib.GridSpec:
 
 def science(size, peak_flops: float) -> dict:
   """Today's training step against main's before issue 44 (bench/before.py) on the grids the
-  science trains, timed interleaved in one process; each against a roofline measured in
-  this run: max(FLOPs / matmul peak, bytes / memory bandwidth) with XLA's count of one
-  whole-batch step (a step whose time beats the bytes' bound keeps its data in cache)."""
+  science trains, timed interleaved in one process, and both against one roofline per grid
+  measured in this run: max(FLOPs / matmul peak, bytes / memory bandwidth), with XLA's count
+  of today's step taken over the whole batch in one block (the work; XLA counts a loop body
+  once, so neither the blocked step nor before's scanned context-updates layers can be
+  counted directly). A step faster than the bytes' bound keeps its data in cache."""
   bandwidth = harness.memory_bandwidth_bytes()
   out = dict(memory_bandwidth=bandwidth, matmul_peak=peak_flops, grids={})
   for name in size["science_grids"]:
@@ -98,27 +101,26 @@ def science(size, peak_flops: float) -> dict:
         spec.model, spec.problem, spec.trained_depths, spec.seeds, spec.train, N=spec.N,
         init_scales=spec.init, init_key=keys["init"], data_key=keys["data"],
         loop_group=spec.loop_group, rate_factors=spec.rate_factors))
-    whole_batch = dataclasses.replace(spec, train=dataclasses.replace(spec.train,
-                                                                      microbatch_size=0))
-    costs = dict(now=harness.xla_cost(harness.ChunkTimer(experiment.grid_trainer(
-        whole_batch)).compiled), before=harness.xla_cost(then.compiled))
+    one_block = dataclasses.replace(spec, train=dataclasses.replace(
+        spec.train, microbatch_size=spec.train.batch_size))
+    work = harness.xla_cost(harness.ChunkTimer(experiment.grid_trainer(one_block)).compiled)
+    flop_s, byte_s = work["flops"] / peak_flops, work["bytes"] / bandwidth
     seconds = dict(now=[], before=[])
     for _ in range(size["repeats"]):  # interleaved, so both see the same machine load
       seconds["before"].append(then.seconds_per_step(1))
       seconds["now"].append(now.seconds_per_step(1))
     grid = dict(config=" ".join(SCIENCE_GRIDS[name]), depths=list(spec.depths),
                 replicates=len(now.trainer.replicate_seed), total_layers=sum(spec.depths),
-                batch=spec.train.batch_size, microbatch_size=spec.train.microbatch_size,
+                batch=spec.train.batch_size,
+                contexts_per_block=block_size(spec.train.batch_size, spec.train.microbatch_size,
+                                              spec.model),
+                work=dict(**work, roofline_ms=1e3 * max(flop_s, byte_s),
+                          bound="memory" if byte_s > flop_s else "flops"),
                 speedup=float(np.median(seconds["before"]) / np.median(seconds["now"])))
-    for version in ("before", "now"):
+    for version, timer in (("before", then), ("now", now)):
       step_s = float(np.median(seconds[version]))
-      flop_s, byte_s = (costs[version]["flops"] / peak_flops,
-                        costs[version]["bytes"] / bandwidth)
-      grid[version] = dict(step_ms=1e3 * step_s, **costs[version],
-                           roofline_ms=1e3 * max(flop_s, byte_s),
-                           bound="memory" if byte_s > flop_s else "flops",
-                           fraction_of_roofline=max(flop_s, byte_s) / step_s,
-                           compile_s=(now if version == "now" else then).compile_s)
+      grid[version] = dict(step_ms=1e3 * step_s, compile_s=timer.compile_s,
+                           fraction_of_roofline=max(flop_s, byte_s) / step_s)
     out["grids"][name] = grid
   return out
 
@@ -311,15 +313,16 @@ def table(results: dict) -> str:
     row("memory bandwidth (triad, GB/s)", f"{sc['memory_bandwidth'] / 1e9:.1f}",
         "absolute, this machine")
     for name, g in sc["grids"].items():
+      w = g["work"]
       row(f"{name}: step now / before (ms)",
           f"{g['now']['step_ms']:.0f} / {g['before']['step_ms']:.0f}",
           f">= 2.5x: {g['speedup']:.2f}x ({g['config']}, {g['replicates']} x "
-          f"{g['total_layers']} layers, blocks of {g['microbatch_size']})")
-      for version in ("before", "now"):
-        v = g[version]
-        row(f"  {version}: fraction of roofline", f"{100 * v['fraction_of_roofline']:.0f}%",
-            f"{v['bound']}-bound roofline {v['roofline_ms']:.0f} ms ({v['flops'] / 1e9:.2f} "
-            f"GFLOP, {v['bytes'] / 1e9:.2f} GB a step)")
+          f"{g['total_layers']} layers, blocks of {g['contexts_per_block']})")
+      row("  fraction of roofline now / before",
+          f"{100 * g['now']['fraction_of_roofline']:.0f}% / "
+          f"{100 * g['before']['fraction_of_roofline']:.0f}%",
+          f"{w['bound']}-bound roofline {w['roofline_ms']:.0f} ms ({w['flops'] / 1e9:.2f} "
+          f"GFLOP, {w['bytes'] / 1e9:.2f} GB a step)")
   if "peak" in figs:
     for dtype in ("float32", "bfloat16"):
       if dtype in figs["peak"]:

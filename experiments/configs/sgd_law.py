@@ -15,7 +15,7 @@ Committed results: results/sgd_law/ (the default `cpu` tier). The `paper` tier g
 256 over 48000 steps with 100,000 evaluation contexts: a depth-L model relaxes about L times
 slower under SGD (BUILD_NOTES "Where the law appears": depth 64 is not converged at 12000
 steps), so four times the depth takes four times the steps; an accelerator's run, not run yet.
-The `trajectory` tier trains one seed for 30000 steps and keeps every evaluation's checkpoint:
+The `trajectory` tier trains one seed for 20000 steps and keeps every evaluation's checkpoint:
 metrics.jsonl then carries, per model and evaluation, R, A, C and the parameter norms, gain
 and score temperature (inverse_depth.trajectory), to find where each depth settles.
 """
@@ -43,11 +43,11 @@ def get_config(tier: str = "cpu"):
   config.bound_samples = 100_000
   config.ensemble_control = False
   if tier == "trajectory":
-    # Where each depth settles (issue 43): one seed trained 2.5 x as long (about an hour on 2
+    # Where each depth settles (issue 43): one seed trained 1.7 x as long (about an hour on 2
     # cores), every evaluation's checkpoint kept, so that anything not in metrics.jsonl can be
     # computed afterwards.
     config.num_seeds = 1
-    config.max_steps = 30000
+    config.max_steps = 20000
     config.checkpoint_every = config.eval_every
     config.checkpoints_to_keep = config.max_steps // config.eval_every
   if tier == "paper":
