@@ -100,8 +100,8 @@ class Check:
 
   @property
   def verdict(self) -> str:
-    """PASS, MISS, or what kept the check from a verdict (in capitals)."""
-    return "PASS" if self.passed else (self.status.upper() if self.status else "MISS")
+    """PASS, MISS, or MISS with what kept the check from a verdict: "MISS (not stationary)"."""
+    return "PASS" if self.passed else (f"MISS ({self.status})" if self.status else "MISS")
 
 
 def relative(ours: float, theirs: float) -> float:
@@ -513,9 +513,19 @@ def misses_by_claim(found: list[Check]) -> dict[str, tuple[int, int]]:
 
 
 def header_line(found: list[Check]) -> str:
-  """'Checks: 3 of 12 miss (depth law 1/2, ...)' for a report's first lines."""
+  """'Checks: 3 of 12 miss (depth law 1/2, ...)' for a report's first lines; misses that are
+  no verdict (Check.status) are counted by status after it."""
   counts = misses_by_claim(found)
   misses = sum(miss for miss, _ in counts.values())
   per_claim = ", ".join(f"{claim} {miss}/{total}" for claim, (miss, total) in counts.items())
-  return (f"Checks: {misses} of {len(found)} miss (misses/checks by claim: {per_claim})."
-          if found else "Checks: none apply.")
+  statuses = [check.status for check in found if check.status]
+  no_verdict = "; ".join(f"{statuses.count(status)} of them {status}"
+                         for status in STATUSES if status and status in statuses)
+  return (f"Checks: {misses} of {len(found)} miss (misses/checks by claim: {per_claim})"
+          + (f"; {no_verdict}" if no_verdict else "") + "." if found else "Checks: none apply.")
+
+
+def check_line(check: Check) -> str:
+  """A report's line for one check: '- PASS (claim): text' or '- MISS (not stationary)
+  (claim): text'."""
+  return f"- {check.verdict} ({check.claim}): {check.text}"
