@@ -158,13 +158,20 @@ def _standard_errors(result, num_points: int) -> np.ndarray:
   return np.sqrt(np.clip(np.diag(covariance), 0.0, None))
 
 
-def _r_squared(log_losses: np.ndarray, residuals: np.ndarray) -> float:
-  total = float(np.sum((log_losses - log_losses.mean()) ** 2))
+def _r_squared(log_losses: np.ndarray, residuals: np.ndarray,
+               weights: np.ndarray | None = None) -> float:
+  """1 - RSS / TSS in log space; with `weights` (1 / the error of each log loss) both sums
+  are weighted and the mean is the weighted mean (`residuals` are then the weighted ones)."""
+  if weights is None:
+    total = float(np.sum((log_losses - log_losses.mean()) ** 2))
+  else:
+    w2 = weights ** 2
+    total = float(np.sum(w2 * (log_losses - np.sum(w2 * log_losses) / np.sum(w2)) ** 2))
   return 1.0 - float(np.sum(residuals ** 2)) / total if total > 0 else float("nan")
 
 
 def fit_depth_scaling(depths, losses, fit_floor: bool = True,
-                      alpha: float | None = None) -> dict:
+                      alpha: float | None = None, standard_errors=None) -> dict:
   """Least squares of log R_L - log(L0 + c L^-alpha) over (L0 >= 0, c > 0, alpha > 0).
 
   With fit_floor=False, L0 = 0 (a pure power law); with `alpha` given, the exponent is held
@@ -173,6 +180,10 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
   alpha with standard errors (from the Jacobian at the optimum), r2 in log space, and the
   data. `resolved` is False when the fit does not determine a depth dependence (a singular
   Jacobian, or c within two standard errors of 0); `verdict` says so in words.
+
+  With `standard_errors` (one per depth, of the loss itself), each log residual is divided
+  by the error of log R_L, se_L / R_L (weighted least squares; R^2 weighted alike; the
+  parameter errors are still scaled by the residual variance). The returned fields are the same.
   """
   depths = np.asarray(depths, np.float64)
   losses = np.asarray(losses, np.float64)
@@ -186,6 +197,14 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
   log_losses = np.log(losses)
   log_depths = np.log(depths)
   held_alpha = alpha
+  weights = None
+  if standard_errors is not None:
+    standard_errors = np.asarray(standard_errors, np.float64)
+    if standard_errors.shape != losses.shape or not np.all(np.isfinite(standard_errors)) or \
+        np.any(standard_errors <= 0):
+      raise ValueError("fit_depth_scaling: standard_errors need one finite positive value per "
+                       f"depth; got {standard_errors}")
+    weights = losses / standard_errors  # 1 / the error of log R_L
 
   def unpack(theta):
     """theta = ([L0], log_c, [alpha]): the free parameters in that order."""
@@ -196,7 +215,8 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
 
   def residuals(theta):
     L0, log_c, exponent = unpack(theta)
-    return log_losses - np.log(L0 + np.exp(log_c - exponent * log_depths))
+    residual = log_losses - np.log(L0 + np.exp(log_c - exponent * log_depths))
+    return residual if weights is None else weights * residual
 
   best = None
   for alpha0 in ((0.25, 0.5, 1.0, 2.0) if held_alpha is None else (held_alpha,)):
@@ -230,7 +250,7 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
                "(flat or too few depths), so its L0, c and alpha are not estimates")
   return dict(L0=float(L0), L0_se=float(L0_se), c=c, c_se=c_se,
               alpha=float(alpha), alpha_se=float(alpha_se),
-              r2=_r_squared(log_losses, best.fun), fit_floor=bool(fit_floor),
+              r2=_r_squared(log_losses, best.fun, weights), fit_floor=bool(fit_floor),
               alpha_held=held_alpha is not None, resolved=resolved, verdict=verdict,
               depths=depths.tolist(), losses=losses.tolist())
 

@@ -17,11 +17,21 @@ def _fit(losses, a=0.0, b=0.0, k=2, shared=None, disagreement=None):
   return fit
 
 
+def _window_runs(losses, a=0.0, b=0.0, k=2):
+  """One stationary model per depth: a flat 16-evaluation window at each loss."""
+  return [dict(model="softmax", task="topk", k=k, a=a, b=b, depth=int(L), seed=0,
+               eval_loss=loss, eval_loss_se=1e-4 * loss, window_eval_losses=[loss] * 16,
+               diverged=False, flagged=False) for L, loss in zip(DEPTHS, losses)]
+
+
 def test_the_law_and_the_floor_pass_on_an_inverse_depth_curve_at_the_papers_floor():
-  fit = _fit([2.007 + 0.8 / L for L in DEPTHS])
-  assert checks.depth_law(fit).passed
-  floor = checks.softmax_floor(fit)
+  losses = [2.007 + 0.8 / L for L in DEPTHS]
+  fit, runs = _fit(losses), _window_runs(losses)
+  assert checks.depth_law(fit, runs).passed
+  floor = checks.softmax_floor(fit, runs)
   assert floor.passed and floor.claim == "Table 1 softmax floor" and "+0.0%" in floor.text
+  # without run records the drift is not testable: no law verdict, no floor counted
+  assert checks.depth_law(fit).status == checks.softmax_floor(fit).status == "not testable"
 
 
 def test_a_steep_exponent_misses_the_law():
@@ -59,8 +69,8 @@ def test_table4_exponent_is_measured_in_its_own_standard_errors():
   rng = np.random.default_rng(0)
   losses = [(0.5 + 0.2 / L ** 0.97) * (1 + 1e-3 * rng.standard_normal()) for L in DEPTHS]
   fit = _fit(losses, a=0.25, b=0.25)
-  check = checks.table4_exponent(fit)
-  distance = (fit["alpha"] - 0.97) / fit["alpha_se"]
+  check = checks.table4_exponent(fit, _window_runs(losses, a=0.25, b=0.25))
+  distance = (fit["alpha"] - 0.97) / fit["alpha_se"]  # one model per depth: unweighted
   assert check.passed == (abs(distance) <= checks.EXPONENT_STANDARD_ERRORS)
   assert f"{distance:+.1f} se" in check.text
   assert checks.table4_exponent(_fit(losses, a=0.0, b=0.0)) is None

@@ -39,19 +39,41 @@ def regime_name(config: dict, model: str = "softmax") -> str:
 
 
 def verdict(found: list[checks.Check]) -> str:
+  """reproduced (every check passes), not reproduced (every check misses), partly (m of n);
+  checks that gave no verdict (Check.status: not stationary, not testable, unresolved) are
+  named instead of counted as plain misses: "not stationary" where every check is."""
   if not found:
     return "not run"
   passed = sum(check.passed for check in found)
   if passed == len(found):
     return "**reproduced**"
-  return "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
+  statuses = [check.status for check in found if check.status]
+  named = "; ".join(f"{statuses.count(status)} {status}" for status in checks.STATUSES
+                    if status and status in statuses)
+  if len(statuses) == len(found):
+    return named if len(set(statuses)) > 1 else statuses[0]
+  base = "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
+  return base + (f" ({named})" if named else "")
 
 
-def _law_cell(fit: dict) -> str:
-  """The fit in one phrase, with the fitted L0's distance from the paper's floor."""
+def _runs(results: dict | None, fit: dict) -> list[dict] | None:
+  return records.runs_of(results, fit) if results else None
+
+
+def _law_cell(fit: dict, results: dict | None = None) -> str:
+  """The fit in one phrase, with the fitted L0's distance from the paper's floor; with the
+  run's `results`, the law check's weighted fits over L >= 1 and L >= 2 after it."""
   target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-  return generalized_report.law_text(
+  text = generalized_report.law_text(
       fit, f" ({checks.relative(fit['L0'], target):+.1%})" if target and fit["resolved"] else "")
+  if results is None:
+    return text
+  fits = checks.law_fits(fit, _runs(results, fit))
+  weighted = "; ".join(
+      f"{name} alpha {found['alpha']:.2f} +- {found['alpha_se']:.2g}, R^2 {found['r2']:.3f}"
+      for name, found in (("L >= 1", fits["from_1"]), ("L >= 2", fits["from_2"]))
+      if found is not None and found["resolved"])
+  return text + (f" (weighted: {weighted})" if weighted else "")
 
 
 def _row(claim: str, paper_text: str, ours: str, results: dict | None, found, folders,
@@ -74,10 +96,11 @@ def law_rows(root: str) -> list[dict]:
   for folder in (SGD_LAW, ANNEALED_LAW):
     results = _load(folder, root)
     fits = records.fits_of(results, "softmax")
-    found = [check for fit in fits for check in (checks.depth_law(fit),
-                                                 checks.softmax_floor(fit)) if check]
+    found = [check for fit in fits for check in (checks.depth_law(fit, _runs(results, fit)),
+                                                 checks.softmax_floor(fit, _runs(results, fit)))
+             if check]
     rows.append(_row("R_L = L0 + c L^-alpha, alpha ~ 1 (top-2, isotropic, L to 64)",
-                     "alpha ~ 1, L0 2.007", "; ".join(_law_cell(fit) for fit in fits),
+                     "alpha ~ 1, L0 2.007", "; ".join(_law_cell(fit, results) for fit in fits),
                      results, found, [folder]))
   folder = f"{SGD_TABLES}/table1"
   results = _load(folder, root)
@@ -87,7 +110,8 @@ def law_rows(root: str) -> list[dict]:
                        f"({fit['a']:g}, {fit['b']:g}) "
                        + (f"{fit['alpha']:.2f} (R^2 {fit['r2']:.3f})" if fit["resolved"]
                           else "none") for fit in fits),
-                   results, [checks.depth_law(fit) for fit in fits], [folder]))
+                   results, [checks.depth_law(fit, _runs(results, fit)) for fit in fits],
+                   [folder]))
   return rows
 
 
@@ -103,7 +127,8 @@ def table_rows(root: str) -> list[dict]:
   for folder in (f"{SGD_TABLES}/table1", f"{ADAM_TABLES}/table1"):
     results = _load(folder, root)
     fits = records.fits_of(results, "softmax")
-    found = [check for fit in fits for check in [checks.softmax_floor(fit)] if check]
+    found = [check for fit in fits for check in [checks.softmax_floor(fit, _runs(results, fit))]
+             if check]
     rows.append(_row("Table 1: softmax floors, fitted L0 (7 spectra)",
                      "2.007 ... 0.341", "L0 vs paper: " + _percents(fits, _floor_text),
                      results, found, [folder]))
@@ -140,18 +165,21 @@ def table_rows(root: str) -> list[dict]:
     for tables_root in (SGD_TABLES, ADAM_TABLES):
       results = _load(f"{tables_root}/{name}", root)
       fits = [fit for fit in records.fits_of(results, "softmax")
-              if checks.table4_exponent(fit)]
+              if checks.table4_exponent(fit, _runs(results, fit))]
+      primaries = [checks.law_fits(fit, _runs(results, fit))["primary"] for fit in fits]
       rows.append(_row(f"Table 4: softmax depth exponents ({spectra})", paper_text, ", ".join(
           f"({fit['a']:g}, {fit['b']:g}) "
-          + (f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2g}" if fit["resolved"] else "none")
-          for fit in fits), results, [checks.table4_exponent(fit) for fit in fits],
+          + (f"{primary['alpha']:.2f} +- {primary['alpha_se']:.2g} (R^2 {primary['r2']:.3f})"
+             if primary and primary["resolved"] else "none")
+          for fit, primary in zip(fits, primaries)) + (" (weighted fits)" if fits else ""), results, [checks.table4_exponent(fit, _runs(results, fit))
+                                      for fit in fits],
                        [f"{tables_root}/{name}"]))
   low, high = paper.TABLE5_ALPHA_RANGE
   for folder in (f"{SGD_TABLES}/table1", f"{ADAM_TABLES}/table1"):
     results = _load(folder, root)
     fits = records.fits_of(results, "softmax")
-    gaps = [(fit, analysis.gap_fit_of(fit)) for fit in fits]
-    found = [checks.table5_gap_exponent(fit, gap) for fit, gap in gaps]
+    gaps = [(fit, checks.gap_fit(fit, _runs(results, fit))) for fit in fits]
+    found = [checks.table5_gap_exponent(fit, gap, _runs(results, fit)) for fit, gap in gaps]
     rows.append(_row("Table 5: gap exponent of L0 - C_L", f"{low} ... {high}", ", ".join(
         f"({fit['a']:g}, {fit['b']:g}) " + (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g}"
                                             if gap and np.isfinite(gap["alpha"]) else "none")
@@ -177,17 +205,23 @@ def table_rows(root: str) -> list[dict]:
 
 
 def identity_row(root: str, folders) -> dict:
-  """R = C + (A - C)/L on every clean model of `folders`."""
+  """R = C + (A - C)/L with R from the model's own forward output (checks.identity_from_forward)
+  on every clean model of `folders`: not testable where the records carry no forward loss."""
   runs = [r for folder in folders for results in [_load(folder, root)] if results
-          for r in results["runs"] if analysis.is_clean(r)]
-  worst = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in runs),
-              default=float("nan"))
-  found = ([checks.Check("identity exact", bool(worst < checks.IDENTITY_TOLERANCE), "")]
-           if runs else [])
+          for r in results["runs"]]
+  clean = [r for r in runs if analysis.is_clean(r)]
+  found = [checks.identity_from_forward(runs)] if clean else []
+  forward = sum("forward_eval_loss" in r for r in clean)
+  algebraic = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in clean),
+                  default=float("nan"))
+  verdict_text = None
+  if found and found[0].status == "not testable":
+    verdict_text = "not testable on the committed runs"
   return dict(claim="Identity R_L = C_L + (A_L - C_L)/L", paper="exact",
-              ours=f"largest relative residual {worst:.1e} over {len(runs)} models",
-              regime="every run", verdict=verdict(found), where="every folder above",
-              folders=list(folders))
+              ours=(f"{forward} of {len(clean)} models record R from their own forward output; "
+                    f"from the layer outputs alone it holds by algebra (residual {algebraic:.1e})"),
+              regime="every run", verdict=verdict_text or verdict(found),
+              where="every folder above", folders=list(folders))
 
 
 def appendix_rows(root: str) -> list[dict]:
@@ -203,7 +237,8 @@ def appendix_rows(root: str) -> list[dict]:
       ours = "-" if variant is None else f"{model}: {_law_cell(variant)}" + (
           f" (controlled model: {_law_cell(control)})" if control else "")
       verdict_text = {"not testable": "not testable here: the controlled model of the same "
-                                      "run misses the law check",
+                                      "run gets no law verdict (not stationary) or misses the "
+                                      "law check",
                       "no claim": "no claim to test"}.get(status)
       results = _load(folder, root)
       rows.append(_row(f"Appendix C: {claim}", paper_text, ours, results, found, [folder],

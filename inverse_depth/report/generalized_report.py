@@ -71,6 +71,8 @@ def claim_fits(base: str, regime: str, key: str, model: str) -> tuple[dict | Non
   found = records.load_results(os.path.join(base, regime), sorted({run, control_run}))
   variant = records.fits_of(found.get(run), model)
   control = records.fits_of(found.get(control_run), "softmax")
+  if control:  # the law check of the controlled model needs its run records (window drift)
+    control = [dict(control[0], runs=records.runs_of(found[control_run], control[0]))]
   return (variant[0] if variant else None), (control[0] if control else None)
 
 
@@ -80,13 +82,14 @@ def claim_status(variant: dict | None, control: dict | None,
   decided it (checks.depth_trend on the variant, the paper's approximately inverse-depth
   trend; checks.depth_trend_lost where the paper finds the trend lost: a fall steeper than
   the trend's range does not lose it), or "not run", "no claim", "not
-  testable" (the controlled model of the same run fails checks.depth_law: it shows no law,
-  so the variant has none to keep) with no check."""
+  testable" (the controlled model of the same run fails checks.depth_law, with its run
+  records `control["runs"]` where claim_fits attached them: it shows no law, or is not
+  stationary, so the variant has none to keep) with no check."""
   if variant is None:
     return "not run", []
   if paper_finds_law is None:
     return "no claim", []
-  if control is None or not checks.depth_law(control).passed:
+  if control is None or not checks.depth_law(control, control.get("runs")).passed:
     return "not testable", []
   found = checks.depth_trend(variant) if paper_finds_law else checks.depth_trend_lost(variant)
   return ("holds" if found.passed else "fails"), [found]

@@ -133,12 +133,7 @@ def checks(results: dict) -> list[checks_lib.Check]:
       f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
       f"{analysis.UNIFORM_PLATEAU_FRACTION:g} x the best uniform-attention predictor)"
       + (": " + ", ".join(stuck) if stuck else ".")))
-  worst_residual = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30)
-                        for r in runs if analysis.is_clean(r)), default=0.0)
-  found.append(checks_lib.Check(
-      "identity exact", worst_residual < checks_lib.IDENTITY_TOLERANCE,
-      f"Identity R = C + (A - C)/L holds to a relative {worst_residual:.1e} on the clean models "
-      f"(float64 analysis of float32 predictions; needs < {checks_lib.IDENTITY_TOLERANCE:g})."))
+  found.append(checks_lib.identity_from_forward(runs))
   by_problem = {}
   for fit in results["fits"]:
     by_problem.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
@@ -146,7 +141,7 @@ def checks(results: dict) -> list[checks_lib.Check]:
     soft, lin = fits.get("softmax"), fits.get("linear")
     for fit in (soft, fits.get("softmax" + analysis.ENSEMBLE_SUFFIX)):
       if fit is not None:
-        found += _softmax_checks(fit)
+        found += _softmax_checks(fit, records.runs_of(results, fit))
     if lin is not None:
       found += _linear_checks(lin, records.runs_of(results, lin))
     if soft is not None and lin is not None and soft["losses"] and lin["losses"]:
@@ -170,7 +165,7 @@ def _monotone_check(fit: dict) -> checks_lib.Check:
          "under-training)" if bad else "."))
 
 
-def _softmax_checks(fit: dict) -> list[checks_lib.Check]:
+def _softmax_checks(fit: dict, runs: list[dict]) -> list[checks_lib.Check]:
   """Monotone in depth, one layer near the best single cosine layer, then the law's checks
   (checks.softmax_law_checks)."""
   found = [_monotone_check(fit)] if fit.get("paired_differences") else []  # one depth: no pairs
@@ -183,7 +178,7 @@ def _softmax_checks(fit: dict) -> list[checks_lib.Check]:
         f"cosine-attention layer {bound['single']:.4g} +- {bound['single_se']:.2g} (needs < "
         f"+{checks_lib.SINGLE_LAYER_TOLERANCE:.0%})."))
   if len(fit["losses"]) >= 2:
-    found += checks_lib.softmax_law_checks(fit)
+    found += checks_lib.softmax_law_checks(fit, runs)
   return found
 
 
@@ -371,6 +366,32 @@ def plot_selection(results: dict, path: str) -> None:
   save_figure(fig, path)
 
 
+def _weighted_fits(results: dict) -> list[str]:
+  """The law check's fits (checks.law_fits): weighted by each depth's standard error, over
+  L >= 1 (with L = 1 from its flagged models where none is clean) and over L >= 2."""
+  rows = []
+  for fit in results["fits"]:
+    fits = checks_lib.law_fits(fit, records.runs_of(results, fit))
+    for name, found in (("L >= 1", fits["from_1"]), ("L >= 2", fits["from_2"])):
+      if found is None:
+        continue
+      note = " (L = 1 from flagged models)" if name == "L >= 1" and fits["flagged_depth_1"] else ""
+      rows.append(f"| {grid_label(fit)} | {name}{note} | "
+                  + (f"{found['L0']:.4g} +- {found['L0_se']:.2g} | {found['c']:.4g} +- "
+                     f"{found['c_se']:.2g} | {found['alpha']:.3f} +- {found['alpha_se']:.3f} | "
+                     f"{found['r2']:.4f} |" if found["resolved"] else
+                     f"{found['verdict']} | - | - | - |"))
+    errors = ", ".join(f"{L:g}: {e:.2g}" for L, e in zip(fits["depths"], fits["errors"]))
+    rows.append(f"| {grid_label(fit)} | per-depth se used as weights | {errors} | - | - | - |")
+  if not rows:
+    return []
+  return ["", "## The law check's fits, weighted by each depth's standard error", "",
+          "Each depth's error is the larger of the spread over seeds and the models' own error "
+          "(over time for a window average, else over evaluation contexts) over sqrt(seeds). "
+          "The law check needs both depth sets in range (checks.depth_law).", "",
+          "| grid | depths | L0 | c | alpha | R^2 |", "|---|---|---|---|---|---|"] + rows
+
+
 WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
 
 
@@ -473,17 +494,18 @@ def write_report(workdir: str) -> str:
               ""]
   found = checks(results)
   lines += ["## Checks against the paper", "", checks_lib.header_line(found), ""]
-  lines += [f"- {'PASS' if check.passed else 'MISS'} ({check.claim}): {check.text}"
-            for check in found]
+  lines += [checks_lib.check_line(check) for check in found]
+  lines += ["", checks_lib.tolerances_line()]
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
             "what was tried to find the regime where it does."]
   lines += ["", "## Depth fits  R_L = L0 + c L^-alpha", "",
-            "| grid | L0 | c | alpha | R^2 | gap fit alpha (L0 - C_L = c L^-alpha; its error "
-            "includes L0's) |",
+            "| grid | L0 | c | alpha | R^2 | gap fit alpha (L0 - C_L = c L^-alpha, L0 held at "
+            "the weighted fit's; se of the slope; local slopes) |",
             "|---|---|---|---|---|---|"]
   for fit in results["fits"]:
-    gap = analysis.gap_fit_of(fit)  # None without a resolved floor to fit a gap to
-    gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}"
+    gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))  # None without a floor
+    gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}; "
+                f"local slopes {', '.join(f'{x:.2f}' for x in gap['local_slopes'])}"
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
     if fit["resolved"]:
       lines.append(f"| {grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
@@ -492,6 +514,7 @@ def write_report(workdir: str) -> str:
     else:
       lines.append(f"| {grid_label(fit)} | {fit.get('verdict', 'not resolved')} | - | - | - "
                    f"| {gap_text} |")
+  lines += _weighted_fits(results)
   lines += _window_fits(results)
   lines += ["", "## Against theory and the paper", "",
             "| grid | fitted L0 | R at the deepest depth | theory bound | best mixture of cosine "
