@@ -22,11 +22,11 @@ evaluation), isotropic spectrum, d = 16, P = 128, N = 32. The single stream's la
 embedding W_y starts at 1/sqrt(d) (generalized.py:single_stream: at 1 the labels outweigh
 the inputs in the keys and no depth-1 model trains). Costs on 2 CPU cores at the short
 tier, scaled from results/generalized's grid times: about 6 min for the controlled and each
-looped grid, 8 min for C.1, 10 min for C.2; C.3 costs ~70 x the controlled model per step
-at P = 128 (context attention is P x P): 3.0 s per step measured for one seed at depths
-1..32, batch 256 (the first 250 steps), so about 5 h at the short tier: an accelerator's run.
-At depths 1..16 a step takes 1.07 s (depth 32 alone 1.29 s, bench.harness timer), so the
-short16 tier is about 1 h per C.3 run alone, 2 h with two runs sharing the cores.
+looped grid, 8 min for C.1, 10 min for C.2; C.3 costs many times the controlled model per step
+at P = 128 (context attention is P x P): with issue 44's step (`make bench`, science figure)
+1.38 s per step for one seed at depths 1..32, batch 256 (2.8 s before), so about 2.3 h at the
+short tier alone; at depths 1..16 0.71 s (1.40 s before), so the short16 tier is about 35 min
+per C.3 run alone.
 """
 
 from experiments.configs import tables
