@@ -68,3 +68,51 @@ def _per_model_mean(values_ST: np.ndarray, layout: GridLayout) -> np.ndarray:
   """Mean over each model's own layers: [S, T] -> [S, M]."""
   return np.stack([values_ST[:, layout.layer_slice(m)].mean(axis=1)
                    for m in range(layout.num_models)], axis=1)
+
+
+def read_metrics(lines: list[dict], label: str) -> dict[str, np.ndarray]:
+  """The recorded series of one grid from metrics.jsonl lines: `step` [E] and every [S, M]
+  quantity stacked over evaluations, [E, S, M] (float; NaN where not recorded)."""
+  mine = sorted((line for line in lines if line["model"] == label), key=lambda l: l["step"])
+  names = [k for k, v in mine[0].items() if isinstance(v, list) and k not in (
+      "converged", "diverged", "lr_scale")]
+  out = {"step": np.asarray([line["step"] for line in mine], np.float64)}
+  for name in names:
+    out[name] = np.asarray([line.get(name, np.nan) for line in mine], np.float64)
+  return out
+
+
+def late_slope(steps_E: np.ndarray, values_E: np.ndarray, from_step: float) -> dict:
+  """Least-squares slope of one series per 1000 steps over steps >= `from_step`, with its
+  standard error from the residuals (inflated by sqrt((1 + r)/(1 - r)) for their lag-1
+  autocorrelation r, as in analysis.stationarity) and z = slope / se."""
+  keep = (steps_E >= from_step) & np.isfinite(values_E)
+  t, y = steps_E[keep] / 1000.0, values_E[keep]
+  if t.size < 4:
+    return dict(slope=np.nan, se=np.nan, z=np.nan)
+  design = np.stack([np.ones_like(t), t - t.mean()], axis=1)
+  coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+  residuals = y - design @ coef
+  r = np.clip(np.corrcoef(residuals[:-1], residuals[1:])[0, 1], 0.0, 0.9)
+  sigma = np.sqrt(residuals @ residuals / (t.size - 2) * (1 + r) / (1 - r))
+  se = sigma / np.sqrt(((t - t.mean()) ** 2).sum())
+  return dict(slope=float(coef[1]), se=float(se), z=float(coef[1] / se))
+
+
+def relaxation_time(steps_E: np.ndarray, values_E: np.ndarray) -> dict:
+  """Fit y(t) = y_inf + a exp(-t / tau) to one series by least squares (tau on a log grid
+  from 100 to 10^6 steps, y_inf and a linear at each tau): tau, y_inf, the fitted amplitude
+  a, and `resolved`: tau above the grid's bottom and below half the span of the series (at
+  least two e-folds seen; a straight line fits a long tau as well)."""
+  keep = np.isfinite(values_E)
+  t, y = steps_E[keep], values_E[keep]
+  best = None
+  for tau in np.geomspace(100.0, 1e6, 201):
+    design = np.stack([np.ones_like(t), np.exp(-t / tau)], axis=1)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    rss = float(np.sum((y - design @ coef) ** 2))
+    if best is None or rss < best[0]:
+      best = (rss, tau, coef)
+  _, tau, (y_inf, amplitude) = best
+  return dict(tau=float(tau), y_inf=float(y_inf), amplitude=float(amplitude),
+              resolved=bool(100.0 < tau < (t[-1] - t[0]) / 2))

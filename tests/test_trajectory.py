@@ -42,3 +42,22 @@ def test_parameter_summary_reads_the_identity_start():
   np.testing.assert_allclose(summary["gain"], gains, rtol=1e-6)
   np.testing.assert_allclose(summary["norm_W_x"][0, 0],
                              np.linalg.norm(np.asarray(params["model"]["W_x"][0, 0])), rtol=1e-6)
+
+
+def test_relaxation_time_recovers_an_exponential_approach_and_refuses_a_straight_line():
+  steps = np.arange(250, 20001, 250.0)
+  noise = 0.01 * np.random.default_rng(1).normal(size=steps.size)
+  fit = trajectory.relaxation_time(steps, 2.0 + 0.5 * np.exp(-steps / 3000) + noise)
+  assert fit["resolved"] and abs(fit["tau"] / 3000 - 1) < 0.2 and abs(fit["y_inf"] - 2) < 0.01
+  assert not trajectory.relaxation_time(steps, 2.0 - 1e-5 * steps + noise)["resolved"]
+
+
+def test_late_slope_finds_a_drift_and_not_white_noise():
+  steps = np.arange(250, 20001, 250.0)
+  rng = np.random.default_rng(2)
+  drift = trajectory.late_slope(steps, 2.0 - 0.005 * steps / 1000 + 0.01 * rng.normal(
+      size=steps.size), 10000)
+  assert drift["z"] < -5 and abs(drift["slope"] + 0.005) < 3 * drift["se"]
+  flat = [trajectory.late_slope(steps, 2.0 + 0.01 * rng.normal(size=steps.size), 10000)["z"]
+          for _ in range(200)]
+  assert np.mean(np.abs(flat) > 3) < 0.03
