@@ -516,6 +516,17 @@ def _grid_fit(model, k, losses, se=1e-3):
              b=0.0)
   fit["paired_differences"] = [dict(depth=d, previous=d // 2, difference=b - a, se=se)
                                for d, a, b in zip(depths[1:], losses, losses[1:])]
+  # Run records with stationary windows (16 evaluations scattering 1e-5 about the loss), so
+  # that the law check of a controlled model can reach a verdict.
+  rng = np.random.default_rng(0)
+  fit["runs"] = []
+  for depth, loss in zip(depths, losses):
+    window = loss * (1 + 1e-5 * rng.standard_normal(16))
+    fit["runs"].append(dict(model=model, task="topk", k=k, a=0.0, b=0.0, depth=depth, seed=0,
+                            eval_loss=float(window.mean()), eval_loss_se=1e-4 * loss,
+                            window_eval_losses=window.tolist(),
+                            stationarity=analysis.stationarity(window, 3.0), diverged=False,
+                            flagged=False, flag_reason=""))
   return fit
 
 
