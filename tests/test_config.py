@@ -229,7 +229,8 @@ def test_a_workdir_that_is_a_file_gets_a_one_line_error(tmp_path):
 # Every committed run folder (results/README.md) and the config file (with its argument) that
 # made it.
 COMMITTED_RUNS = {
-    "sgd_law": ("sgd_law", None), "quick": ("quick", None),
+    "sgd_law": ("sgd_law", None), "sgd_law_trajectory": ("sgd_law", "trajectory"),
+    "quick": ("quick", None),
     "regimes_compared/quick_adam_constant": ("quick_adam_constant", None),
     "regimes_compared/quick_adam_annealed": ("quick_adam_annealed", None),
     "depth_law": ("depth_law", None), "linear_floor": ("linear_floor", None),
