@@ -21,6 +21,7 @@ def tiny_config():
   config.eval_every = 20
   config.checkpoint_every = 20
   config.checkpoints_to_keep = 2  # three saves: the oldest is rotated out
+  config.microbatch_size = WHOLE_BATCH
   # One set size for validation and evaluation: their samplers and the evaluation
   # share compilations.
   config.val_size = 256
@@ -29,7 +30,11 @@ def tiny_config():
   return config
 
 
+# WHOLE_BATCH: one block of the training gradient (train.block_size): at toy sizes the blocks
+# that keep a real grid's step in cache are only per-block overhead.
+WHOLE_BATCH = 1 << 20
 SHRUNK = dict(depths=(1, 2), num_seeds=1, max_steps=10, eval_every=5, checkpoint_every=5,
+              microbatch_size=WHOLE_BATCH,
               warmup_steps=2, val_size=32, eval_size=64, eval_chunk_size=32,
               diagnostic_size=32, bound_samples=300,
               outlier_factor=1e6)  # toy models are far from the bounds: keep them in the tables
