@@ -18,7 +18,7 @@ from inverse_depth.train import GridTrainer, grid_losses
 
 def _context_updates_one_model(model, layers, batch: Batch, depth: int) -> jax.Array:
   """f_l of one context-updates model, layers scanned and rematerialised: [depth, B]."""
-  centred_W_x_ND, context_BPD, test_BD = context_updates._scaled_inputs(model, batch)
+  centred_W_x_ND, _, context_BPD, test_BD = context_updates._scaled_inputs(model, batch)
   gains_J = linear.krylov_gains(model, depth)
   labels_BP = batch.y_context_BP
   coeffs_BPJ = jnp.zeros(labels_BP.shape + (depth,), labels_BP.dtype).at[..., 0].set(labels_BP)

@@ -33,14 +33,13 @@ from inverse_depth.models import linear, softmax
 from inverse_depth.tasks import Batch
 
 
-def _scaled_inputs(model, batch: Batch) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Centred W_x and the inputs times their layer-norm scale r (softmax.inverse_scales), so
-  that every score is a plain bilinear form x'^T B_l x''."""
+def _scaled_inputs(model, batch: Batch) -> tuple[jax.Array, ...]:
+  """Centred W_x, the context tokens' layer-norm scales r (softmax.inverse_scales), and the
+  inputs times their scale, so that every score is a plain bilinear form x'^T B_l x''."""
   centred_W_x_ND = model["W_x"] - model["W_x"].mean(axis=0, keepdims=True)
-  context_BPD = softmax.inverse_scales(centred_W_x_ND, batch.x_context_BPD)[..., None] * (
-      batch.x_context_BPD)
+  scale_BP = softmax.inverse_scales(centred_W_x_ND, batch.x_context_BPD)
   test_BD = softmax.inverse_scales(centred_W_x_ND, batch.x_test_BD)[:, None] * batch.x_test_BD
-  return centred_W_x_ND, context_BPD, test_BD
+  return centred_W_x_ND, scale_BP, scale_BP[..., None] * batch.x_context_BPD, test_BD
 
 
 @jax.custom_vjp
@@ -104,8 +103,7 @@ def _model_layer_predictions(model, layers, batch: Batch, depth: int) -> jax.Arr
   the trainer runs this on blocks of a few dozen contexts (train.py), and recomputing the
   P x P attention cost more than storing it (bench/README.md).
   """
-  centred_W_x_ND, context_BPD, test_BD = _scaled_inputs(model, batch)
-  scale_BP = softmax.inverse_scales(centred_W_x_ND, batch.x_context_BPD)
+  centred_W_x_ND, scale_BP, context_BPD, test_BD = _scaled_inputs(model, batch)
   gains_J = linear.krylov_gains(model, depth)  # g_1 .. g_L
   coeffs_BPJ = batch.y_context_BP[..., None]  # c_{0,0} = y
   context_step = model["m"] / depth
