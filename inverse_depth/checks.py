@@ -425,11 +425,12 @@ def table5_gap_exponent(fit: dict, gap: dict | None = None, runs: list[dict] | N
 
 def identity_from_forward(runs: list[dict]) -> Check:
   """R from the model's own forward output (run record `forward_eval_loss`) against
-  C + (A - C)/L from its layer outputs, relative residual below FORWARD_IDENTITY_TOLERANCE on
-  every clean model; "not testable" where no record carries the forward loss (the recorded
-  `identity_residual` computes R and C from the same layer outputs: it holds by algebra)."""
+  C + (A - C)/L from its layer outputs on the same contexts and parameters (record
+  `forward_identity`), relative residual below FORWARD_IDENTITY_TOLERANCE on every clean
+  model; "not testable" where a record lacks them (the recorded `identity_residual` computes R
+  and C from the same layer outputs: it holds by algebra)."""
   clean = [r for r in runs if analysis.is_clean(r)]
-  with_forward = [r for r in clean if "forward_eval_loss" in r]
+  with_forward = [r for r in clean if "forward_eval_loss" in r and "forward_identity" in r]
   algebraic = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in clean),
                   default=float("nan"))
   if not with_forward or len(with_forward) < len(clean):
@@ -439,7 +440,9 @@ def identity_from_forward(runs: list[dict]) -> Check:
                  f"(largest relative residual {algebraic:.1e}) holds by algebra.", "not testable")
   worst = 0.0
   for r in with_forward:
-    predicted = r["A"] if r["depth"] == 1 else r["C"] + (r["A"] - r["C"]) / r["depth"]
+    parts = r["forward_identity"]
+    predicted = (parts["A"] if r["depth"] == 1
+                 else parts["C"] + (parts["A"] - parts["C"]) / r["depth"])
     worst = max(worst, abs(r["forward_eval_loss"] - predicted) / max(r["forward_eval_loss"], 1e-30))
   return Check("identity exact", bool(worst < FORWARD_IDENTITY_TOLERANCE),
                f"R from the forward output against C + (A - C)/L from the layer outputs: largest "

@@ -18,7 +18,8 @@ from inverse_depth import tasks
 from inverse_depth.analysis import ENSEMBLE_SUFFIX
 from inverse_depth.grid import QK_INITS, VALUE_INITS, W_X_INITS, InitScales
 from inverse_depth.models import MODELS
-from inverse_depth.train import OPTIMIZERS, SCHEDULES, Problem, TrainSettings
+from inverse_depth.train import (OPTIMIZERS, SCALE_FREE_INPUT_MODELS, SCHEDULES, Problem,
+                                 TrainSettings)
 
 
 class ConfigError(ValueError):
@@ -99,6 +100,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "momentum": _real_in(0.0, 1.0, open_low=False, open_high=True),
     "schedule": (lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
     "depth_scaled_layer_lr": (lambda v: isinstance(v, bool), "True or False"),
+    "fixed_input_norm": (lambda v: isinstance(v, bool), "True or False"),
     "learning_rate": _POSITIVE,
     "rate_factors": (lambda v: isinstance(v, (list, tuple)) and len(v) > 0
                      and all(_is_real(f) and 0 < f < math.inf for f in v)
@@ -155,7 +157,7 @@ RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep", "microbatch_size")
 # saved without the field.
 FIELDS_ADDED_LATER = {"value_init": "random", "W_y_init_scale": 1.0, "stationary_evals": 1,
                       "stationarity_z": 3.0, "rate_factors": [1.0],
-                      "microbatch_size": 0}
+                      "microbatch_size": 0, "fixed_input_norm": False}
 
 
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
@@ -225,6 +227,12 @@ def _validate_fields(config: ml_collections.ConfigDict) -> None:
     if config.task == "topk" and config.k > sizes["P"] and model in model_names(config):
       _fail("k", config.k, f"an integer in [1, P = {sizes['P']}] (sizes.{model}.P) for the "
             "topk task")
+  if config.fixed_input_norm:
+    for model in model_names(config):
+      if model not in SCALE_FREE_INPUT_MODELS:
+        _fail("fixed_input_norm", True, f"False for model {model!r}: only the kinds whose W_x "
+              f"enters through a layer norm ({', '.join(SCALE_FREE_INPUT_MODELS)}) may fix "
+              "its norm")
   for field in ("max_steps", "checkpoint_every"):
     if config[field] % config.eval_every:
       _fail(field, config[field], f"a multiple of eval_every = {config.eval_every}")
@@ -292,7 +300,7 @@ def train_settings(config) -> TrainSettings:
       divergence_loss=config.divergence_loss, optimizer=config.optimizer,
       momentum=config.momentum, schedule=config.schedule,
       depth_scaled_layer_lr=config.depth_scaled_layer_lr,
-      microbatch_size=config.microbatch_size)
+      fixed_input_norm=config.fixed_input_norm, microbatch_size=config.microbatch_size)
 
 
 def init_scales(config) -> InitScales:

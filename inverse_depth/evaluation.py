@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inverse_depth import analysis, diagnostics, hosts, models, tasks
+from inverse_depth import analysis, diagnostics, hosts, models, modules, tasks
 from inverse_depth.config import GridSpec
 from inverse_depth.train import GridTrainer
 
@@ -43,6 +43,10 @@ CHUNK_COMBINATION = dict(modewise_loss="mean", modewise_zero_loss="mean",
 # Tokens kept of the first context's S_1 for the report's heatmaps (context_updates).
 HEATMAP_TOKENS = 32
 SELECTION_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
+# Held-out contexts (from the evaluation key) on which each model's own forward pass
+# (modules.AttentionModel, the token-by-token form) is run at the final parameters, for the
+# identity R = C + (A - C)/L that can fail (checks.identity_from_forward).
+FORWARD_IDENTITY_CONTEXTS = 512
 
 
 def combine_chunks(per_chunk: list[dict], counts: list[float]) -> dict:
@@ -212,6 +216,29 @@ class GridEvaluator:
                                  loss=found["m_profile_loss"][seed_index, view].tolist())
     return fields
 
+  def forward_identity(self, params, eval_key: jax.Array, group: int, replicate: int,
+                       depth: int, member: int) -> dict:
+    """One grid model on FORWARD_IDENTITY_CONTEXTS held-out contexts: R from its
+    own forward output z_L (modules.AttentionModel, readout=True) and A, C from the packed
+    layer predictors f_l of the trainer, which share no code with it."""
+    trainer, problem = self.trainer, self.problem
+    a, b = problem.spectra[trainer.groups[group][0]]
+    size = FORWARD_IDENTITY_CONTEXTS
+    batch = _sample_contexts(jax.random.split(eval_key, size), d=problem.d, P=problem.P, a=a,
+                             b=b, task=problem.task, k=problem.k)
+    target = np.asarray(batch.target_B, np.float64)
+    seed = replicate - group * len(trainer.seeds)
+    layers = trainer.layout.layer_slice(member)
+    layer_preds_TB = trainer.predict(params, batch, size, group)[seed, layers]
+    parts = analysis.decompose(layer_preds_TB, target)
+    module = modules.AttentionModel(kind=trainer.model, depth=depth, d=problem.d, N=trainer.N,
+                                    loop_group=trainer.layout.loop_group)
+    output_B = module.apply(modules.variables(*self._member_params(params, replicate, [member])[0]),
+                            batch, readout=True)
+    forward_loss = float(np.mean((np.asarray(output_B, np.float64) - target) ** 2))
+    return dict(forward_eval_loss=forward_loss,
+                forward_identity=dict(contexts=size, A=parts["A"], C=parts["C"]))
+
   def run_records(self, spec: GridSpec, state, eval_key: jax.Array, group: int, views,
                   bound: dict | None, window_params: list | None = None
                   ) -> tuple[list[dict], list[dict]]:
@@ -268,6 +295,10 @@ class GridEvaluator:
               window_eval_losses=[p["R"] for p in window], final_eval_loss=window[-1]["R"],
               stationarity=analysis.stationarity([p["R"] for p in window],
                                                  spec.stationarity_z))
+        forward_fields = {}
+        if len(members) == 1 and depth == self.trainer.layout.depths[members[0]]:
+          forward_fields = self.forward_identity(state.params, eval_key, group, replicate,
+                                                 depth, members[0])
         ensemble_fields = {}
         if spec.ensemble:
           ensemble_fields["outlier_members"] = [
@@ -292,6 +323,7 @@ class GridEvaluator:
             parameters=models.parameter_count(spec.model, depth, d=spec.problem.d, N=spec.N,
                                               loop_group=spec.loop_group),
             diagnostic_contexts=found["contexts"], **ensemble_fields, **window_fields,
+            **forward_fields,
             **self.diagnostic_fields(found, state.params, replicate, s, i, members)))
     flag_outliers(runs, references, spec.outlier_factor)
     clean_SV = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),

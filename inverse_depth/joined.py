@@ -20,7 +20,12 @@ from inverse_depth import analysis, records
 from inverse_depth.files import write_json_atomic
 
 # Config fields in which joined runs may differ: which models each trained, not how.
-JOINABLE_FIELDS = ("depths", "spectra", "checkpoint_every")
+JOINABLE_FIELDS = ("depths", "spectra", "checkpoint_every", "checkpoints_to_keep")
+# ... and, where every source trains at a constant rate (so that the rate at step t does not
+# depend on where training stops), how long: a per-depth step budget, deep models trained
+# longer in their own run. Each model records its `steps`; whether each reached its
+# stationary state is the drift check's to say (checks.window_drift).
+CONSTANT_RATE_JOINABLE_FIELDS = ("max_steps",)
 
 
 def _model_key(run: dict) -> tuple:
@@ -38,13 +43,16 @@ def _check_joinable(results_by_source: dict[str, dict]) -> list[str]:
     raise ValueError(f"joining needs at least two runs; got {len(results_by_source)}")
   (first_name, first), *others = results_by_source.items()
   unrecorded = set()
+  joinable = JOINABLE_FIELDS
+  if all(r["config"].get("schedule") == "constant" for r in results_by_source.values()):
+    joinable = JOINABLE_FIELDS + CONSTANT_RATE_JOINABLE_FIELDS
   for name, results in others:
     differing, only_one = records.config_differences(first["config"], results["config"])
     unrecorded.update(only_one)
-    other = [text for field, text in differing.items() if field not in JOINABLE_FIELDS]
+    other = [text for field, text in differing.items() if field not in joinable]
     if other:
       raise ValueError(f"{first_name} and {name} differ in more than which models they trained "
-                       f"(allowed: {', '.join(JOINABLE_FIELDS)}): {'; '.join(other)}")
+                       f"(allowed: {', '.join(joinable)}): {'; '.join(other)}")
   owner = {}
   for name, results in results_by_source.items():
     for run in results["runs"]:
@@ -63,7 +71,8 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
   models, with the theory bound of the first source that computed one and the paired
   differences of consecutive depths that one source trained both of. The config is the
   first source's with `depths` and `spectra` the unions (a spectrum need not have every
-  depth: its fit record lists the depths it has); `joined_from` records each source.
+  depth: its fit record lists the depths it has; with per-depth step budgets, max_steps the
+  largest); `joined_from` records each source.
   """
   unrecorded = _check_joinable(results_by_source)
   runs = [dict(run, source=name) for name, results in results_by_source.items()
@@ -83,6 +92,7 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
   config = dict(
       first["config"],
       depths=sorted({depth for r in results_by_source.values() for depth in r["config"]["depths"]}),
+      max_steps=max(r["config"]["max_steps"] for r in results_by_source.values()),
       spectra=sorted({tuple(s) for r in results_by_source.values()
                       for s in r["config"]["spectra"]}))
   return dict(
@@ -92,7 +102,7 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
       num_devices=max(r["num_devices"] for r in results_by_source.values()),
       joined_from=[dict(source=name, config_hash=r.get("config_hash"),
                         depths=r["config"]["depths"], spectra=r["config"]["spectra"],
-                        wall_time_s=r["wall_time_s"]) for name, r in results_by_source.items()],
+                        max_steps=r["config"]["max_steps"], wall_time_s=r["wall_time_s"]) for name, r in results_by_source.items()],
       unrecorded_config_fields=unrecorded)
 
 

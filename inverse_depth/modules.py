@@ -44,7 +44,9 @@ from inverse_depth.tasks import Batch
 
 class AttentionModel(nn.Module):
   """One model of kind `kind` with `depth` layers. `__call__(batch)` returns the layer
-  predictors f_l, [depth, B]; their mean over layers is the model's prediction."""
+  predictors f_l, [depth, B], whose mean over layers is the model's prediction;
+  `__call__(batch, readout=True)` returns that prediction as the forward pass makes it, the
+  query's readout z_L of the last stream, [B]."""
   kind: str
   depth: int
   d: int
@@ -60,7 +62,7 @@ class AttentionModel(nn.Module):
                       scales=self.scales, model=self.kind)
 
   @nn.compact
-  def __call__(self, batch: Batch) -> jax.Array:
+  def __call__(self, batch: Batch, readout: bool = False) -> jax.Array:
     if self.kind not in MODELS:
       raise ValueError(f"AttentionModel.kind={self.kind!r}; allowed {', '.join(MODELS)}")
     model_init, layer_init = self._init_leaves()
@@ -73,11 +75,11 @@ class AttentionModel(nn.Module):
     labels_BQ = jnp.concatenate([batch.y_context_BP, jnp.zeros_like(batch.y_context_BP[:, :1])],
                                 axis=1)
     if self.kind == "single_stream":
-      f_LB = self._single_stream(model, layer, tokens_BDQ, labels_BQ)
+      f_LB, z_L_B = self._single_stream(model, layer, tokens_BDQ, labels_BQ)
     else:
-      f_LB = self._label_stream(model, layer, tokens_BDQ, labels_BQ)
+      f_LB, z_L_B = self._label_stream(model, layer, tokens_BDQ, labels_BQ)
     chex.assert_shape(f_LB, (self.depth, batch.x_test_BD.shape[0]))
-    return f_LB
+    return z_L_B if readout else f_LB
 
   def _query_key(self, layer: dict, index: int) -> tuple[jax.Array, jax.Array]:
     group = self.loop_group or self.depth
@@ -103,9 +105,9 @@ class AttentionModel(nn.Module):
       row_weights_Q = jnp.where(is_context, m, 1.0)  # M(m)
     return row_weights_Q[:, None] * over_context_BQQ
 
-  def _label_stream(self, model, layer, tokens_BDQ, labels_BQ) -> jax.Array:
+  def _label_stream(self, model, layer, tokens_BDQ, labels_BQ) -> tuple[jax.Array, jax.Array]:
     """Every kind but single_stream: the inputs' stream H_x stays fixed, the label stream
-    moves."""
+    moves. Returns f_l [depth, B] and the last readout z_L [B]."""
     stream_x_BNQ = jnp.einsum("nd,bdq->bnq", model["W_x"], tokens_BDQ)
     stream_y_BNQ = jnp.einsum("n,bq->bnq", model["W_y"], labels_BQ)
     readout_B = stream_y_BNQ[:, :, -1] @ model["W_o"]  # z_0 = 0: the query's label is 0
@@ -119,10 +121,11 @@ class AttentionModel(nn.Module):
       next_readout_B = stream_y_BNQ[:, :, -1] @ model["W_o"]
       layer_predictions.append(self.depth * (next_readout_B - readout_B))
       readout_B = next_readout_B
-    return jnp.stack(layer_predictions)
+    return jnp.stack(layer_predictions), readout_B
 
-  def _single_stream(self, model, layer, tokens_BDQ, labels_BQ) -> jax.Array:
-    """One stream carries inputs and labels; f_l = z_0 + L (z_l - z_{l-1})."""
+  def _single_stream(self, model, layer, tokens_BDQ, labels_BQ) -> tuple[jax.Array, jax.Array]:
+    """One stream carries inputs and labels; f_l = z_0 + L (z_l - z_{l-1}). Returns f_l
+    [depth, B] and the last readout z_L [B]."""
     stream_BNQ = (jnp.einsum("nd,bdq->bnq", model["W_x"], tokens_BDQ)
                   + jnp.einsum("n,bq->bnq", model["W_y"], labels_BQ))
     start_B = readout_B = stream_BNQ[:, :, -1] @ model["W_o"]  # z_0 = W_o W_x x_test
@@ -134,7 +137,7 @@ class AttentionModel(nn.Module):
       next_readout_B = stream_BNQ[:, :, -1] @ model["W_o"]
       layer_predictions.append(start_B + self.depth * (next_readout_B - readout_B))
       readout_B = next_readout_B
-    return jnp.stack(layer_predictions)
+    return jnp.stack(layer_predictions), readout_B
 
 
 def variables(model_leaves: dict, layer_leaves: dict) -> dict:

@@ -27,6 +27,12 @@ weights (W_q, W_k, and W_v^l for per_layer_values) are multiplied by L: each
 layer's gradient carries the 1/L of the residual update, so under SGD this gives
 every layer of every depth the step of a one-layer model. Adam's steps do not
 see the 1/L, so under Adam it makes a depth-L model's layer steps L x larger.
+With `fixed_input_norm` every step rescales each model's W_x back to the
+Frobenius norm it had before the step, so |W_x| keeps its initial value. The
+layer norm in front of the scores makes the loss of the kinds in
+SCALE_FREE_INPUT_MODELS independent of |W_x|, so no prediction changes; what
+changes is that SGD noise can no longer grow |W_x| and with it lower W_x's
+effective rate eta / |W_x|^2 as training goes on (docs/notes/stationary.md).
 A model whose loss or parameters become non-finite, or whose loss exceeds
 `divergence_loss`, is frozen at its last finite state and marked diverged.
 Training stops when no model is active or at `max_steps`.
@@ -98,12 +104,16 @@ class TrainSettings:
   momentum: float = 0.9  # SGD only
   schedule: str = "stall_decay"  # one of SCHEDULES
   depth_scaled_layer_lr: bool = False
+  fixed_input_norm: bool = False  # rescale W_x to its norm before each step (docstring)
   # Contexts per block of the gradient (`block_size`; 0: automatic). It changes only the
   # summation order, so two settings that differ in it compare equal.
   microbatch_size: int = dataclasses.field(default=0, compare=False)
 
 
 OPTIMIZERS = ("adam", "sgd")
+# Kinds whose loss does not depend on |W_x| (W_x X enters only through a layer norm), where
+# `fixed_input_norm` changes no prediction.
+SCALE_FREE_INPUT_MODELS = ("softmax", "per_layer_values", "looped", "context_updates")
 SCHEDULES = ("stall_decay", "constant", "cosine")
 
 
@@ -234,6 +244,13 @@ def _finite_per_model(tree: Params, layout: GridLayout) -> jax.Array:
 LAYER_AXIS = "layers"
 
 
+def _with_norm_of(W_x_SMND: jax.Array, reference_SMND: jax.Array) -> jax.Array:
+  """W_x rescaled, per model, to the Frobenius norm of `reference`."""
+  norm_SM11 = jnp.sqrt((W_x_SMND ** 2).sum(axis=(-2, -1), keepdims=True))
+  reference_SM11 = jnp.sqrt((reference_SMND ** 2).sum(axis=(-2, -1), keepdims=True))
+  return W_x_SMND * (reference_SM11 / norm_SM11)
+
+
 def default_mesh() -> Mesh:
   """Every device of every process along the layer axis (inverse_depth.hosts)."""
   return Mesh(np.array(jax.devices()), (LAYER_AXIS,))
@@ -357,6 +374,9 @@ class GridTrainer:
       updates["layer"] = jax.tree.map(jnp.multiply, updates["layer"],
                                       per_model_tree(updates, self.layout, depths_SM)["layer"])
     new_params = optax.apply_updates(state.params, updates)
+    if self.settings.fixed_input_norm:
+      new_params["model"]["W_x"] = _with_norm_of(new_params["model"]["W_x"],
+                                                 state.params["model"]["W_x"])
 
     healthy_SM = (jnp.isfinite(losses_SM) & (losses_SM < self.settings.divergence_loss)
                   & _finite_per_model(new_params, self.layout))

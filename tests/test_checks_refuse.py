@@ -158,7 +158,9 @@ def test_the_identity_from_the_forward_output_can_fail():
   check = checks.identity_from_forward(runs)
   assert not check.passed and check.status == "not testable"
   for r in runs:
-    r["forward_eval_loss"] = r["A"] if r["depth"] == 1 else r["C"] + (r["A"] - r["C"]) / r["depth"]
+    r["forward_identity"] = dict(contexts=512, A=r["A"], C=r["C"])
+    r["forward_eval_loss"] = (r["A"] if r["depth"] == 1
+                              else r["C"] + (r["A"] - r["C"]) / r["depth"])
   assert checks.identity_from_forward(runs).passed
   runs[5]["forward_eval_loss"] *= 1 + 10 * checks.FORWARD_IDENTITY_TOLERANCE
   assert not checks.identity_from_forward(runs).passed

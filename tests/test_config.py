@@ -102,6 +102,8 @@ INVALID = [
     ("checkpoint_every", _set(checkpoint_every=30)),  # eval_every = 20
     ("checkpoints_to_keep", _set(checkpoints_to_keep=0)),
     ("eval_size", _set(eval_size=0)),
+    ("fixed_input_norm", _set(fixed_input_norm=1)),
+    ("fixed_input_norm", _set(model="linear", fixed_input_norm=True)),  # |W_x| matters there
 ]
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, config as config_lib, evaluation, experiment, models
+from inverse_depth import analysis, checks, config as config_lib, evaluation, experiment, models
 from inverse_depth.report import run_report
 from tests import REPO, tiny
 
@@ -93,6 +93,10 @@ def test_results_records(experiment_run):
   assert {(r["model"], r["depth"], r["seed"]) for r in runs} == {
       (m, L, s) for m in MODELS for L in config.depths
       for s in range(config.num_seeds)}
+  # Each model's own token-by-token forward pass (modules.py) against C + (A - C)/L from
+  # the trainer's packed layer predictors: two code paths, so this identity can fail.
+  identity = checks.identity_from_forward(runs)
+  assert identity.passed, identity.text
 
   fits = results["fits"]
   assert len(fits) == len(MODELS) * len(config.spectra)

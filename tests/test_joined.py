@@ -63,6 +63,25 @@ def test_join_refuses_a_regime_change_and_a_model_twice(tiny_results):
     joined.join_results({"alone": tiny_results})
 
 
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_per_depth_step_budgets_join_only_at_a_constant_rate(tiny_results, schedule):
+  """Deep models trained longer in their own run join where the rate at step t does not
+  depend on max_steps; under a decaying schedule a longer run is another regime."""
+  parts = _split_by_depth(tiny_results, (1, 2))
+  for part in parts.values():
+    part["config"] = dict(part["config"], schedule=schedule)
+  deep = parts["deep"]["config"]
+  parts["deep"]["config"] = dict(deep, max_steps=2 * deep["max_steps"])
+  if schedule == "cosine":
+    with pytest.raises(ValueError, match="max_steps"):
+      joined.join_results(parts)
+    return
+  union = joined.join_results(parts)
+  assert union["config"]["max_steps"] == 2 * deep["max_steps"]
+  assert [s["max_steps"] for s in union["joined_from"]] == [deep["max_steps"],
+                                                           2 * deep["max_steps"]]
+
+
 def _write_sources(tiny_results, tmp_path) -> list[str]:
   workdirs = []
   for name, part in _split_by_depth(tiny_results, (1,)).items():

@@ -18,7 +18,8 @@ from bench import before
 from inverse_depth import analysis
 from inverse_depth.grid import GridLayout, InitScales, init_grid
 from inverse_depth.models import LAYER_PREDICTIONS, MODELS, SPLIT_PREDICTIONS
-from inverse_depth.train import (CPU_CONTEXTS_PER_BLOCK, GridTrainer, Problem, TrainSettings,
+from inverse_depth.train import (CPU_CONTEXTS_PER_BLOCK, SCALE_FREE_INPUT_MODELS, GridTrainer,
+                                 Problem, TrainSettings,
                                  _finite_per_model, block_size, blocked_grid_gradient,
                                  grid_losses)
 
@@ -536,3 +537,41 @@ def test_a_grid_trains_the_same_in_blocks_and_whole(val_set):
   np.testing.assert_allclose(states[0][0], states[1][0], rtol=1e-5)
   for got, want in zip(jax.tree.leaves(states[0][1]), jax.tree.leaves(states[1][1])):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["softmax", "per_layer_values", "looped", "context_updates"])
+def test_layer_predictions_do_not_depend_on_the_norm_of_W_x(model):
+  """The layer norm divides |W_x| out of every kind that may fix it (SCALE_FREE_INPUT_MODELS)."""
+  assert model in SCALE_FREE_INPUT_MODELS
+  layout = GridLayout((1, 2))
+  params = jax.tree.map(lambda x: x[0], init_grid(jax.random.key(0), layout, (0,), d=4, N=N,
+                                                  scales=InitScales(), model=model))
+  batch = PROBLEM.sample(jax.random.key(1), 16, 0.0, 0.0)
+  scaled = dict(params, model=dict(params["model"], W_x=3.0 * params["model"]["W_x"]))
+  np.testing.assert_allclose(LAYER_PREDICTIONS[model](scaled, batch, layout),
+                             LAYER_PREDICTIONS[model](params, batch, layout), rtol=1e-4, atol=1e-5)
+
+
+def test_fixed_input_norm_keeps_W_x_at_its_initial_norm_and_changes_no_prediction():
+  """One SGD step with and without `fixed_input_norm` predicts the same (the loss is blind to
+  |W_x|), but only the free step grows |W_x|; the fixed one holds every model's norm."""
+  settings = dataclasses.replace(SETTINGS, optimizer="sgd", momentum=0.9, warmup_steps=0,
+                                 eval_every=1, learning_rate=0.5)
+  batch = PROBLEM.sample(jax.random.key(3), 32, 0.0, 0.0)
+  stepped = {}
+  for fixed in (False, True):
+    trainer = GridTrainer("softmax", PROBLEM, GRID_DEPTHS, GRID_SEEDS,
+                          dataclasses.replace(settings, fixed_input_norm=fixed), N=N,
+                          init_scales=InitScales(qk_init="identity"),
+                          init_key=jax.random.key(10), data_key=jax.random.key(11))
+    start = trainer.init_state()
+    norm_before_SM = np.linalg.norm(np.asarray(start.params["model"]["W_x"]), axis=(-2, -1))
+    after, _ = trainer.train_chunk(start)
+    norm_after_SM = np.linalg.norm(np.asarray(after.params["model"]["W_x"]), axis=(-2, -1))
+    stepped[fixed] = (norm_before_SM, norm_after_SM,
+                      np.asarray(trainer.layer_predictions(after.params, batch, 0)))
+  before_SM, free_SM, free_predictions = stepped[False]
+  _, fixed_SM, fixed_predictions = stepped[True]
+  np.testing.assert_allclose(fixed_SM, before_SM, rtol=1e-6)
+  assert np.all(free_SM > before_SM * (1 + 1e-4))  # noise orthogonal to W_x grows its norm
+  np.testing.assert_allclose(fixed_predictions, free_predictions, rtol=1e-4, atol=1e-5)

@@ -76,6 +76,11 @@ def get_config(scale: str = "default") -> ml_collections.ConfigDict:
   # per_layer_values) by L, undoing the 1/L their gradients carry from the residual update
   # under sgd (adam's steps do not see the 1/L: there it makes layer steps L x larger).
   config.depth_scaled_layer_lr = False
+  # Rescale each model's W_x to its initial norm after every step (softmax-type kinds only,
+  # train.SCALE_FREE_INPUT_MODELS): the layer norm makes their loss independent of |W_x|, so
+  # this changes no prediction but stops SGD noise from growing |W_x| and so slowly lowering
+  # W_x's effective rate (docs/notes/stationary.md).
+  config.fixed_input_norm = False
   # Peak learning rate reached after the warm-up.
   config.learning_rate = regimes.SGD_LAW["learning_rate"]
   # A rate sweep on one sampler: every model of a grid is trained at learning_rate x each of

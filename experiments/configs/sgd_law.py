@@ -18,12 +18,18 @@ steps), so four times the depth takes four times the steps; an accelerator's run
 The `trajectory` tier trains one seed for 20000 steps and keeps every evaluation's checkpoint:
 metrics.jsonl then carries, per model and evaluation, R, A, C and the parameter norms, gain
 and score temperature (inverse_depth.trajectory), to find where each depth settles.
+The `stationary` tiers train the law's grid at its stationary state (docs/notes/stationary.md):
+W_x held at its initial norm (`fixed_input_norm`, which changes no prediction), and a step
+budget per depth of about 500 L steps, 1.7 relaxation times of the slowest mode (~300 L steps):
+`stationary` trains depths 1..32 for 16000 steps (about 40 min on 2 cores), `stationary_deep`
+depth 64 for 32000 steps (about 70 min); experiments.join_runs joins them (committed:
+results/sgd_law_stationary/). Every evaluation's checkpoint is kept.
 """
 
 from experiments.configs import default, regimes
 from inverse_depth.config import ConfigError
 
-TIERS = ("cpu", "paper", "trajectory")
+TIERS = ("cpu", "paper", "trajectory", "stationary", "stationary_deep")
 
 
 def get_config(tier: str = "cpu"):
@@ -48,6 +54,12 @@ def get_config(tier: str = "cpu"):
     # computed afterwards.
     config.num_seeds = 1
     config.max_steps = 20000
+    config.checkpoint_every = config.eval_every
+    config.checkpoints_to_keep = config.max_steps // config.eval_every
+  if tier in ("stationary", "stationary_deep"):
+    config.fixed_input_norm = True
+    config.depths = (1, 2, 4, 8, 16, 32) if tier == "stationary" else (64,)
+    config.max_steps = 16000 if tier == "stationary" else 32000
     config.checkpoint_every = config.eval_every
     config.checkpoints_to_keep = config.max_steps // config.eval_every
   if tier == "paper":
