@@ -74,12 +74,15 @@ def _fit_of(results: dict, learning_rate: float) -> dict:
   raise ValueError(f"no fit at learning rate {learning_rate:g}")
 
 
-def predict(workdir: str, num_contexts: int = 4096) -> dict:
+def predict(workdir: str, num_contexts: int = 4096, results_dir: str | None = None) -> dict:
   """Per rate of a finished constant-rate run: the predicted c and floor excess beside the
-  fitted ones (results.json); written to workdir/sgd_noise.json and returned."""
+  fitted ones of results_dir/results.json (default: the workdir's; a join of this run with
+  deeper ones gives the fit over every depth); written to results_dir/sgd_noise.json and
+  returned."""
+  results_dir = results_dir or workdir
   found = one_layer_noise(workdir, num_contexts)
   spec = found["spec"]
-  with open(os.path.join(workdir, "results.json")) as f:
+  with open(os.path.join(results_dir, "results.json")) as f:
     results = json.load(f)
   entries = []
   for g, rate in enumerate(found["learning_rates"]):
@@ -109,5 +112,5 @@ def predict(workdir: str, num_contexts: int = 4096) -> dict:
     entries.append(entry)
   out = dict(workdir=workdir, contexts=num_contexts, steps=list(spec.stationary_steps),
              rates=entries)
-  write_json_atomic(os.path.join(workdir, NOISE_FILE), out)
+  write_json_atomic(os.path.join(results_dir, NOISE_FILE), out)
   return out

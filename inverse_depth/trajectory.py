@@ -116,3 +116,32 @@ def relaxation_time(steps_E: np.ndarray, values_E: np.ndarray) -> dict:
   _, tau, (y_inf, amplitude) = best
   return dict(tau=float(tau), y_inf=float(y_inf), amplitude=float(amplitude),
               resolved=bool(100.0 < tau < (t[-1] - t[0]) / 2))
+
+
+def remaining_change(steps_E: np.ndarray, values_SE: np.ndarray, window_start: float,
+                     from_step: float, tau: float | None = None) -> dict:
+  """How far a model's series still has to go: per seed, y(t) = y_inf + a exp(-t / tau) fitted
+  over steps >= `from_step` (`relaxation_time`; with `tau` given, only y_inf and a are fitted),
+  and y_inf minus the series' mean over steps >= `window_start` (the averaging window). Returns
+  the seed mean of that change, its standard error over seeds (nan with one seed), the tau
+  used (the seeds' median when fitted) and `resolved` (every seed's tau resolved, or tau
+  given)."""
+  keep = steps_E >= from_step
+  window = steps_E >= window_start
+  changes, taus, resolved = [], [], []
+  for values_E in values_SE:
+    t, y = steps_E[keep], values_E[keep]
+    if tau is None:
+      fit = relaxation_time(t - t[0], y)
+      seed_tau, seed_resolved = fit["tau"], fit["resolved"]
+    else:
+      seed_tau, seed_resolved = tau, True
+    design = np.stack([np.ones_like(t), np.exp(-(t - t[0]) / seed_tau)], axis=1)
+    (y_inf, _), *_ = np.linalg.lstsq(design, y, rcond=None)
+    changes.append(y_inf - values_E[window].mean())
+    taus.append(seed_tau)
+    resolved.append(seed_resolved)
+  changes = np.asarray(changes)
+  se = changes.std(ddof=1) / np.sqrt(changes.size) if changes.size > 1 else float("nan")
+  return dict(change=float(changes.mean()), change_se=float(se), tau=float(np.median(taus)),
+              resolved=bool(all(resolved)))

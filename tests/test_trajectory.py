@@ -61,3 +61,23 @@ def test_late_slope_finds_a_drift_and_not_white_noise():
   flat = [trajectory.late_slope(steps, 2.0 + 0.01 * rng.normal(size=steps.size), 10000)["z"]
           for _ in range(200)]
   assert np.mean(np.abs(flat) > 3) < 0.03
+
+
+def test_remaining_change_recovers_the_gap_left_by_an_exponential_approach():
+  """y = 2 + 0.3 exp(-t / 4000) seen to t = 16000 with a window over the last 4000 steps: the
+  series still has to fall by 0.3 (e^-3 - mean over the window) to its limit."""
+  steps = np.arange(0, 16001, 250.0)
+  rng = np.random.default_rng(0)
+  clean = 2.0 + 0.3 * np.exp(-steps / 4000.0)
+  values = clean[None] + 1e-4 * rng.standard_normal((3, steps.size))
+  window = steps >= 12000
+  expected = 2.0 - clean[window].mean()
+  found = trajectory.remaining_change(steps, values, 12000, 0.0)
+  assert found["resolved"] and abs(found["tau"] / 4000 - 1) < 0.1
+  # within the resolution of the fitted tau (a log grid, 4.7% a step)
+  assert abs(found["change"] - expected) < 0.05 * abs(expected)
+  given = trajectory.remaining_change(steps, values, 12000, 0.0, tau=4000.0)
+  assert abs(given["change"] - expected) < 0.02 * abs(expected)
+  flat = trajectory.remaining_change(steps, 2.0 + 1e-3 * rng.standard_normal((3, steps.size)),
+                                     12000, 0.0)
+  assert abs(flat["change"]) < 5e-3

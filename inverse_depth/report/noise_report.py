@@ -48,10 +48,11 @@ def _value(entry: dict, name: str, spec: str = ".4g") -> str:
   return f"{entry[name]:{spec}}" + (f" +- {se:.2g}" if np.isfinite(se) else "")
 
 
-def write_report(workdir: str, num_contexts: int = 4096) -> str:
-  """Runs `predict` (which writes workdir/sgd_noise.json) and writes workdir/sgd_noise.md;
-  returns its path."""
-  return write_markdown(workdir, sgd_noise.predict(workdir, num_contexts))
+def write_report(workdir: str, num_contexts: int = 4096, results_dir: str | None = None) -> str:
+  """Runs `predict` (which writes results_dir/sgd_noise.json; default: the workdir) and
+  writes results_dir/sgd_noise.md; returns its path."""
+  results_dir = results_dir or workdir
+  return write_markdown(results_dir, sgd_noise.predict(workdir, num_contexts, results_dir))
 
 
 def write_markdown(workdir: str, found: dict | None = None) -> str:

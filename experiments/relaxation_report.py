@@ -1,0 +1,152 @@
+"""Relaxation times of a constant-rate run: predicted from curvature, measured from its curves.
+
+    python -m experiments.relaxation_report --workdir=runs/sgd_law_trajectory \
+        [--out=results/sgd_law_trajectory]
+
+Needs the run's kept checkpoints (its config's checkpoints_to_keep covering the run). Per depth,
+seed means of:
+
+- measured: the relaxation time of the mean score temperature and of A - C, fits of
+  y(t) = y_inf + a exp(-t / tau) to the recorded series (trajectory.relaxation_time; resolved
+  where tau is under half the run);
+- predicted (inverse_depth.relaxation): (1 - beta) / (eta q) with q the curvature at the final
+  parameters along the temperature direction, along the disagreement direction, and along the
+  drift, the change of W_q, W_k between the mean parameters of two windows of checkpoints (the
+  first `window` evaluations from the middle of the run, the last `window`): the direction in
+  which the model was still moving.
+
+Writes OUT/relaxation.md and OUT/relaxation.json (OUT defaults to the workdir).
+"""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from inverse_depth import config as config_lib, experiment, relaxation, trajectory
+from inverse_depth.files import write_json_atomic
+
+flags.DEFINE_string("workdir", None, "a finished constant-rate run with its checkpoints",
+                    required=True)
+flags.DEFINE_string("out", None, "where relaxation.md and .json go (default: the workdir)")
+flags.DEFINE_integer("contexts", 2048, "contexts of the fixed batch the curvature is taken on")
+flags.DEFINE_integer("window", 8, "evaluations averaged at each end of the drift direction")
+FLAGS = flags.FLAGS
+
+CURVATURE_STREAM = 7  # fold_in index of the contexts the curvature is measured on
+AGREEMENT_FACTOR = 1.5  # a prediction agrees when within this factor of the measurement
+
+
+def measured_times(workdir: str, label: str) -> dict[str, list[dict]]:
+  """Per depth: relaxation-time fits of the seed-mean temperature and A - C series."""
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    found = trajectory.read_metrics([json.loads(line) for line in f], label)
+  series = dict(temperature=found["temperature"], disagreement=found["val_A"] - found["val_C"])
+  return {name: [trajectory.relaxation_time(found["step"], values[:, :, m].mean(axis=1))
+                 for m in range(values.shape[2])] for name, values in series.items()}
+
+
+def _mean_params(spec, trainer, like, workdir: str, steps) -> dict:
+  params = experiment.read_window(spec, trainer, like, workdir, tuple(steps))
+  return jax.tree.map(lambda *leaves: np.mean([np.asarray(x) for x in leaves], axis=0), *params)
+
+
+def predicted_times(workdir: str, num_contexts: int, window: int) -> dict:
+  """Curvatures and predicted times per seed and depth (module docstring)."""
+  with open(os.path.join(workdir, "config.json")) as f:
+    spec = config_lib.grid_specs(config_lib.from_saved(json.load(f)))[0]
+  trainer = experiment.grid_trainer(spec)
+  like = trainer.init_state()
+  every, last = spec.train.eval_every, spec.train.max_steps
+  middle = (last // 2) // every * every
+  final = _mean_params(spec, trainer, like, workdir, [last])
+  start = _mean_params(spec, trainer, like, workdir, range(middle, middle + window * every, every))
+  end = _mean_params(spec, trainer, like, workdir, range(last - (window - 1) * every, last + 1,
+                                                         every))
+  batch = spec.problem.sample(jax.random.fold_in(jax.random.key(spec.root_seed), CURVATURE_STREAM),
+                              num_contexts, *spec.problem.spectra[0])
+  rates = dict(learning_rate=spec.train.learning_rate, momentum=spec.train.momentum)
+  out = {name: np.full((len(spec.seeds), len(spec.depths)), np.nan)
+         for name in ("temperature", "disagreement", "drift")}
+  for s in range(len(spec.seeds)):
+    for m, depth in enumerate(spec.depths):
+      model, layers = trainer.layout.model_params(jax.tree.map(lambda x: x[s], final), m)
+      params = dict(model=model, layer=layers)
+      for name, found in relaxation.predicted_times(spec.model, depth, params, batch,
+                                                    **rates).items():
+        out[name][s, m] = found["tau"]
+      _, start_layers = trainer.layout.model_params(jax.tree.map(lambda x: x[s], start), m)
+      _, end_layers = trainer.layout.model_params(jax.tree.map(lambda x: x[s], end), m)
+      zeros = jax.tree.map(jnp.zeros_like, params)
+      drift = dict(zeros, layer=dict(zeros["layer"], **{
+          k: jnp.asarray(start_layers[k] - end_layers[k]) for k in relaxation.QUERY_KEY}))
+      q = relaxation.rayleigh_quotient(relaxation.model_loss(spec.model, depth, batch), params,
+                                       drift)
+      out["drift"][s, m] = relaxation.relaxation_time(q, **rates)
+  return dict(spec=spec, drift_window=[middle, last], **out)
+
+
+def _tau(fit: dict) -> str:
+  return f"{fit['tau']:.0f}" if fit["resolved"] else f"> {fit['tau']:.0f} (unresolved)"
+
+
+def _ratio(measured: dict, predicted: float) -> str:
+  if not measured["resolved"] or not np.isfinite(predicted):
+    return "-"
+  ratio = measured["tau"] / predicted
+  verdict = "agrees" if 1 / AGREEMENT_FACTOR <= ratio <= AGREEMENT_FACTOR else "misses"
+  return f"{ratio:.2f} ({verdict})"
+
+
+def main(argv):
+  del argv
+  out_dir = FLAGS.out or FLAGS.workdir
+  predicted = predicted_times(FLAGS.workdir, FLAGS.contexts, FLAGS.window)
+  spec = predicted["spec"]
+  measured = measured_times(FLAGS.workdir, spec.model)
+  rows, records = [], []
+  for m, depth in enumerate(spec.depths):
+    # Times are averaged over seeds as rates (1 / tau), the quantity the curvature gives.
+    tau = {name: 1.0 / np.mean(1.0 / predicted[name][:, m])
+           for name in ("temperature", "disagreement", "drift")}
+    temperature, disagreement = measured["temperature"][m], measured["disagreement"][m]
+    records.append(dict(depth=depth, predicted=tau, measured_temperature=temperature,
+                        measured_disagreement=disagreement))
+    rows.append(f"| {depth} | {_tau(temperature)} | {tau['temperature']:.0f} | "
+                f"{_ratio(temperature, tau['temperature'])} | {_tau(disagreement)} | "
+                f"{tau['disagreement']:.0f} | {_ratio(disagreement, tau['disagreement'])} | "
+                f"{tau['drift']:.0f} | {_ratio(disagreement, tau['drift'])} |")
+  deep = [(r["depth"], r["predicted"]["drift"]) for r in records if r["depth"] >= 8]
+  constant, spread = relaxation.per_depth_constant(*zip(*deep)) if deep else (np.nan, np.nan)
+  lines = [
+      f"# Relaxation times of {os.path.basename(FLAGS.workdir.rstrip('/'))}", "",
+      f"Heavy-ball SGD, eta {spec.train.learning_rate:g}, momentum {spec.train.momentum:g}, "
+      f"{len(spec.seeds)} seed(s), {spec.train.max_steps} steps. Measured: tau of "
+      "y_inf + a exp(-t / tau) fitted to the seed-mean series from the start; predicted: "
+      "(1 - beta) / (eta q), q the curvature at the final parameters along the temperature, "
+      f"disagreement and drift directions ({FLAGS.contexts} contexts; drift: mean W_q, W_k of "
+      f"{FLAGS.window} evaluations from step {predicted['drift_window'][0]} minus those of the "
+      f"last {FLAGS.window}). Ratios are measured / predicted; a prediction agrees within "
+      f"{AGREEMENT_FACTOR:g}x.", "",
+      "| L | tau temperature | predicted | ratio | tau A - C | predicted (disagreement) | ratio "
+      "| predicted (drift) | ratio to tau A - C |",
+      "|---|---|---|---|---|---|---|---|---|", *rows, "",
+      f"Predicted drift time per layer of depth (L >= 8): tau / L = {constant:.0f} steps "
+      f"(depths depart from it by up to {spread:.2f}x); three relaxation times (5% of a gap "
+      "left) then take " + ", ".join(
+          f"{relaxation.steps_to_settle(constant, L):,.0f} steps at L = {L}"
+          for L in (64, 128, 256)) + "."]
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, "relaxation.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  write_json_atomic(os.path.join(out_dir, "relaxation.json"), dict(
+      workdir=FLAGS.workdir, contexts=FLAGS.contexts, window=FLAGS.window,
+      drift_window=predicted["drift_window"], drift_tau_per_depth=constant, depths=records))
+  print(os.path.join(out_dir, "relaxation.md"))
+
+
+if __name__ == "__main__":
+  app.run(main)

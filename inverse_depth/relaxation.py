@@ -1,0 +1,123 @@
+"""How long the slow modes of constant-rate SGD take to relax, predicted from curvature.
+
+Heavy-ball SGD at rate eta with momentum beta moves a direction of curvature lambda (an
+eigenvalue of the loss's Hessian) towards its minimum as exp(-t / tau), with
+
+    tau = (1 - beta) / (eta lambda)          (overdamped: eta lambda << (1 - beta)^2;
+                                              `relaxation_time` solves it exactly).
+
+For a direction v that is not an eigenvector the Rayleigh quotient q(v) = v^T H v / |v|^2
+stands in for lambda.
+
+Under the 1/L residual, y_hat = (1/L) sum_l f_l(theta_l), the Hessian of the loss
+R = E[(y_hat - y)^2] in the per-layer parameters is
+
+    H_lm = (2/L^2) E[J_l^T J_m] + delta_lm (2/L) E[(y_hat - y) d^2 f_l / d theta_l^2],
+
+J_l = d f_l / d theta_l. Two kinds of direction follow (docs/notes/stationary.md):
+
+- the common mode, every layer moved alike (v_l = u): at equal layers the first term gives
+  (2/L) E[J^T J] and the second (2/L) E[(y_hat - y) d^2 f]: q = q_1 / L, q_1 the one-layer
+  model's quotient along u, so tau_common = L tau_1;
+- a disagreement mode, sum_l v_l = 0: the first term cancels and only the residual-weighted
+  one is left, itself 1/L: tau_disagreement = L (1 - beta) / (eta k), k the residual-weighted
+  curvature of one layer's f_l along v_l.
+
+Both grow like L: a single layer's own direction is not 1/L^2 flat, because away from
+interpolation (y_hat != y; here R ~ 2) the residual term carries only 1/L.
+
+The directions measured on a trained model (`directions`): `temperature`, every layer's
+(W_q^l, W_k^l) scaled up alike, which raises every layer's score temperature tr(W_q^T W_k)
+together; `disagreement`, each layer's (W_q^l, W_k^l) minus the mean over the model's layers,
+the direction in which the layers have moved apart since their identical start.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inverse_depth import models
+from inverse_depth.grid import GridLayout
+from inverse_depth.tasks import Batch
+
+QUERY_KEY = ("W_q", "W_k")
+
+
+def model_loss(kind: str, depth: int, batch: Batch):
+  """R(params) = mean over `batch` of (y_hat - y)^2 for one model of kind `kind` whose
+  parameters are {"model": leaves, "layer": leaves [depth, ...]} (GridLayout.model_params)."""
+  layout = GridLayout((depth,))
+
+  def loss(params):
+    grid_params = dict(model=jax.tree.map(lambda x: x[None], params["model"]),
+                       layer=params["layer"])
+    prediction_B = layout.model_mean(models.LAYER_PREDICTIONS[kind](grid_params, batch,
+                                                                    layout))[0]
+    return jnp.mean((prediction_B - batch.target_B) ** 2)
+
+  return loss
+
+
+def rayleigh_quotient(loss, params, direction) -> float:
+  """q(v) = v^T H v / v^T v, H the Hessian of `loss` at `params` (one Hessian-vector product:
+  forward-over-reverse)."""
+  _, hessian_v = jax.jvp(jax.grad(loss), (params,), (direction,))
+  dot = lambda a, b: sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  return float(dot(direction, hessian_v) / dot(direction, direction))
+
+
+def directions(params) -> dict:
+  """The `temperature` and `disagreement` directions of one model (module docstring), as
+  trees shaped like `params`, zero outside W_q and W_k."""
+  zeros = jax.tree.map(jnp.zeros_like, params)
+
+  def along(layer_change):
+    return dict(zeros, layer=dict(zeros["layer"], **layer_change))
+
+  layer = params["layer"]
+  out = dict(temperature=along({name: layer[name] for name in QUERY_KEY}))
+  if jax.tree.leaves(layer)[0].shape[0] > 1:
+    out["disagreement"] = along({name: layer[name] - layer[name].mean(axis=0, keepdims=True)
+                                 for name in QUERY_KEY})
+  return out
+
+
+def relaxation_time(curvature: float, learning_rate: float, momentum: float) -> float:
+  """Steps for the distance along a direction of curvature q to fall by e under heavy-ball SGD
+  (v <- beta v + q x, x <- x - eta v): -1 / log r with r the slower root of
+  r^2 - (1 + beta - eta q) r + beta = 0, which is (1 - beta) / (eta q) to first order in
+  eta q / (1 - beta)^2; -2 / log beta once the roots are complex (underdamped); inf where
+  q <= 0 (no restoring force)."""
+  if not curvature > 0:
+    return float("inf")
+  trace = 1.0 + momentum - learning_rate * curvature
+  discriminant = trace ** 2 - 4.0 * momentum
+  if discriminant < 0:
+    return -2.0 / np.log(momentum)
+  slower_root = (trace + np.sqrt(discriminant)) / 2.0
+  return float(-1.0 / np.log(slower_root))
+
+
+def predicted_times(kind: str, depth: int, params, batch: Batch, *, learning_rate: float,
+                    momentum: float) -> dict:
+  """Per direction of `directions`: the curvature q and the predicted relaxation time."""
+  loss = model_loss(kind, depth, batch)
+  out = {}
+  for name, direction in directions(params).items():
+    q = rayleigh_quotient(loss, params, direction)
+    out[name] = dict(curvature=q, tau=relaxation_time(q, learning_rate, momentum))
+  return out
+
+
+def steps_to_settle(tau_per_depth: float, depth: int, e_folds: float = 3.0) -> float:
+  """Steps for a mode with tau = tau_per_depth x L to close all but exp(-e_folds) of its gap
+  (3 e-folds: 5%)."""
+  return float(e_folds * tau_per_depth * depth)
+
+
+def per_depth_constant(depths, taus) -> tuple[float, float]:
+  """tau / L as one constant over depths (the geometric mean of tau_L / L) and the largest
+  factor by which one depth departs from it."""
+  ratios = np.asarray(taus, float) / np.asarray(depths, float)
+  constant = float(np.exp(np.mean(np.log(ratios))))
+  return constant, float(np.max(np.maximum(ratios / constant, constant / ratios)))
