@@ -310,6 +310,17 @@ def depth_law(fit: dict, runs: list[dict] | None = None) -> Check:
                f"below {DRIFT_FRACTION:g} x (R_L - L0)).")
 
 
+def extrapolated_law(from_1: dict | None, from_2: dict | None, label: str) -> Check:
+  """The law on losses extrapolated to t -> infinity (experiments.stationary_report): alpha in
+  LAW_ALPHA_RANGE and R^2 >= LAW_MIN_R2 on both L >= 1 and L >= 2 (fits weighted by the
+  extrapolation's standard errors). No drift check: the extrapolation stands in for it."""
+  low, high = LAW_ALPHA_RANGE
+  return Check("depth law", _in_law_range(from_1) and _in_law_range(from_2),
+               f"{label} at t -> infinity: L >= 1: {_fit_text(from_1)}; L >= 2: "
+               f"{_fit_text(from_2)} (the law needs alpha in [{low:g}, {high:g}] and R^2 >= "
+               f"{LAW_MIN_R2:g} on both depth sets).")
+
+
 def depth_trend(fit: dict) -> Check:
   """The generalised models' approximately inverse-depth trend: R_L = L0 + c L^-alpha with
   alpha in TREND_ALPHA_RANGE and R^2 >= TREND_MIN_R2."""

@@ -177,3 +177,17 @@ def test_weights_follow_the_standard_errors():
   plain = analysis.fit_depth_scaling(depths, losses)
   assert abs(weighted["alpha"] - 1) < 0.02 < abs(plain["alpha"] - 1)
   assert set(weighted) == set(plain)
+
+
+@pytest.mark.parametrize("curve,lawful", [
+    (_right, True), (lambda L: L0 + 0.7 * L ** -0.6, False), (lambda L: L0 + 0.7 * L ** -1.6, False),
+    (lambda L: L0 + 0.7 * np.exp(-L / 4), False)])
+def test_the_law_at_infinity_refuses_a_wrong_curve(curve, lawful):
+  """checks.extrapolated_law on extrapolated losses with 0.1% errors, on both depth sets."""
+  fits = {}
+  for first in (1, 2):
+    depths = [L for L in DEPTHS if L >= first]
+    losses = [curve(L) for L in depths]
+    fits[first] = analysis.fit_depth_scaling(depths, losses,
+                                             standard_errors=[1e-3 * x for x in losses])
+  assert checks.extrapolated_law(fits[1], fits[2], "softmax").passed is lawful

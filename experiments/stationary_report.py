@@ -1,0 +1,117 @@
+"""How far each depth of a constant-rate run still had to go: the law at t -> infinity.
+
+    python -m experiments.stationary_report --results=results/sgd_law_stationary \
+        --metrics=runs/stationary/metrics.jsonl,runs/stationary_deep/metrics.jsonl
+
+Reads a run's (or a join's) results.json and the metrics.jsonl of every run it holds. Per depth
+(seed means): the averaged held-out R of results.json, its drift across the averaging window
+(checks.window_drift), and the change still to come, y_inf minus the window's mean of the
+validation R, from y(t) = y_inf + a exp(-t / tau) fitted per seed over steps >= --from_step
+(trajectory.remaining_change); R_inf = R + that change, with the standard error over seeds of
+both. The law is then fitted to R_inf on L >= 1 and L >= 2 (checks.law_fits' tolerances).
+Writes RESULTS/stationary.md and RESULTS/stationary.json.
+"""
+
+import json
+import os
+
+import numpy as np
+from absl import app, flags
+
+from inverse_depth import analysis, checks, trajectory
+from inverse_depth.files import write_json_atomic
+
+flags.DEFINE_string("results", None, "folder of results.json", required=True)
+flags.DEFINE_list("metrics", None, "metrics.jsonl of every run in results.json", required=True)
+flags.DEFINE_float("from_step", 2000, "first step of the exponential fit (past the warm-up "
+                   "and the layers' first parting)")
+FLAGS = flags.FLAGS
+
+
+def series_by_depth(metrics_paths: list[str], label: str) -> dict[int, tuple]:
+  """depth -> (steps [E], validation R [S, E]) from every run's metrics.jsonl."""
+  out = {}
+  for path in metrics_paths:
+    with open(os.path.join(os.path.dirname(path), "config.json")) as f:
+      depths = json.load(f)["depths"]
+    with open(path) as f:
+      found = trajectory.read_metrics([json.loads(line) for line in f], label)
+    for m, depth in enumerate(depths):
+      out[depth] = (found["step"], found["val_loss"][:, :, m].T)
+  return out
+
+
+def extrapolate(results: dict, series: dict, from_step: float) -> list[dict]:
+  """One row per depth of the first fit: R, the remaining change and R_inf (module docstring)."""
+  config = results["config"]
+  fit = results["fits"][0]
+  runs = [r for r in analysis.clean_runs(results["runs"]) if r["model"] == fit["model"]]
+  rows = []
+  for depth in fit["depths"]:
+    mine = [r for r in runs if r["depth"] == depth]
+    losses = np.asarray([r["eval_loss"] for r in mine])
+    steps, values_SE = series[depth]
+    last = steps[-1]
+    window_start = last - (config["stationary_evals"] - 1) * config["eval_every"]
+    found = trajectory.remaining_change(steps, values_SE, window_start, from_step)
+    se = losses.std(ddof=1) / np.sqrt(losses.size) if losses.size > 1 else np.nan
+    rows.append(dict(depth=depth, seeds=int(losses.size), steps=int(last), R=float(losses.mean()),
+                     R_se=float(se), remaining=found["change"], remaining_se=found["change_se"],
+                     tau=found["tau"], resolved=found["resolved"],
+                     R_inf=float(losses.mean() + found["change"]),
+                     R_inf_se=float(np.hypot(se, found["change_se"]))))
+  return rows
+
+
+def law_at_infinity(rows: list[dict]) -> dict:
+  """The law fitted to R_inf on L >= 1 and L >= 2, weighted by its standard errors."""
+  out = {}
+  for name, first in (("L>=1", 1), ("L>=2", 2)):
+    kept = [r for r in rows if r["depth"] >= first]
+    out[name] = analysis.fit_depth_scaling([r["depth"] for r in kept], [r["R_inf"] for r in kept],
+                                           standard_errors=[r["R_inf_se"] for r in kept])
+  return out
+
+
+def markdown(results: dict, rows: list[dict], fits: dict, from_step: float) -> str:
+  lines = ["# The law at t -> infinity", "",
+           f"Per depth, seed means; remaining: y_inf minus the averaging window's mean of the "
+           f"validation R, y(t) = y_inf + a exp(-t / tau) fitted per seed over steps >= "
+           f"{from_step:.0f} (tau: median over seeds; unresolved where a seed's tau exceeds half "
+           "the fitted span, so that y_inf rests on less than two e-folds); R_inf = R + remaining, "
+           "se over seeds of both.", "",
+           f"Drift check of the run: {checks.window_drift(results['fits'][0], results['runs']).text}",
+           "", "| L | seeds | steps | R | remaining | tau | R_inf |", "|---|---|---|---|---|---|---|"]
+  for r in rows:
+    tau = f"{r['tau']:.0f}" + ("" if r["resolved"] else " (unresolved)")
+    lines.append(f"| {r['depth']} | {r['seeds']} | {r['steps']} | {r['R']:.4f} +- {r['R_se']:.4f} "
+                 f"| {r['remaining']:+.4f} +- {r['remaining_se']:.4f} | {tau} | "
+                 f"{r['R_inf']:.4f} +- {r['R_inf_se']:.4f} |")
+  lines += ["", "The law on R_inf (fits weighted by the standard errors of R_inf):", ""]
+  for name, fit in fits.items():
+    lines.append(f"- {name}: L0 {fit['L0']:.4f} +- {fit['L0_se']:.4f}, c {fit['c']:.3f} +- "
+                 f"{fit['c_se']:.3f}, alpha {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, R^2 "
+                 f"{fit['r2']:.4f}.")
+  lines += ["", checks.check_line(checks.extrapolated_law(fits["L>=1"], fits["L>=2"],
+                                                          results["fits"][0]["model"]))]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  del argv
+  with open(os.path.join(FLAGS.results, "results.json")) as f:
+    results = json.load(f)
+  series = series_by_depth(FLAGS.metrics, results["fits"][0]["model"])
+  rows = extrapolate(results, series, FLAGS.from_step)
+  fits = law_at_infinity(rows)
+  with open(os.path.join(FLAGS.results, "stationary.md"), "w") as f:
+    f.write(markdown(results, rows, fits, FLAGS.from_step))
+  write_json_atomic(os.path.join(FLAGS.results, "stationary.json"), dict(
+      from_step=FLAGS.from_step, depths=rows,
+      fits={name: {k: fit[k] for k in ("L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2")}
+            for name, fit in fits.items()}))
+  print(os.path.join(FLAGS.results, "stationary.md"))
+
+
+if __name__ == "__main__":
+  app.run(main)
