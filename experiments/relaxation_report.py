@@ -54,7 +54,7 @@ def _mean_params(spec, trainer, like, workdir: str, steps) -> dict:
   return jax.tree.map(lambda *leaves: np.mean([np.asarray(x) for x in leaves], axis=0), *params)
 
 
-def predicted_times(workdir: str, num_contexts: int, window: int) -> dict:
+def curvature_times(workdir: str, num_contexts: int, window: int) -> dict:
   """Curvatures and predicted times per seed and depth (module docstring)."""
   with open(os.path.join(workdir, "config.json")) as f:
     spec = config_lib.grid_specs(config_lib.from_saved(json.load(f)))[0]
@@ -104,7 +104,7 @@ def _ratio(measured: dict, predicted: float) -> str:
 def main(argv):
   del argv
   out_dir = FLAGS.out or FLAGS.workdir
-  predicted = predicted_times(FLAGS.workdir, FLAGS.contexts, FLAGS.window)
+  predicted = curvature_times(FLAGS.workdir, FLAGS.contexts, FLAGS.window)
   spec = predicted["spec"]
   measured = measured_times(FLAGS.workdir, spec.model)
   rows, records = [], []
@@ -119,8 +119,10 @@ def main(argv):
                 f"{_ratio(temperature, tau['temperature'])} | {_tau(disagreement)} | "
                 f"{tau['disagreement']:.0f} | {_ratio(disagreement, tau['disagreement'])} | "
                 f"{tau['drift']:.0f} | {_ratio(disagreement, tau['drift'])} |")
-  deep = [(r["depth"], r["predicted"]["drift"]) for r in records if r["depth"] >= 8]
-  constant, spread = relaxation.per_depth_constant(*zip(*deep)) if deep else (np.nan, np.nan)
+  slowest = [(r["depth"], r["measured_disagreement"]["tau"]) for r in records
+             if r["depth"] >= 4 and r["measured_disagreement"]["resolved"]]
+  constant, spread = (relaxation.per_depth_constant(*zip(*slowest)) if slowest
+                      else (np.nan, np.nan))
   lines = [
       f"# Relaxation times of {os.path.basename(FLAGS.workdir.rstrip('/'))}", "",
       f"Heavy-ball SGD, eta {spec.train.learning_rate:g}, momentum {spec.train.momentum:g}, "
@@ -134,8 +136,8 @@ def main(argv):
       "| L | tau temperature | predicted | ratio | tau A - C | predicted (disagreement) | ratio "
       "| predicted (drift) | ratio to tau A - C |",
       "|---|---|---|---|---|---|---|---|---|", *rows, "",
-      f"Predicted drift time per layer of depth (L >= 8): tau / L = {constant:.0f} steps "
-      f"(depths depart from it by up to {spread:.2f}x); three relaxation times (5% of a gap "
+      f"The slowest mode, A - C, measured where resolved at L >= 4: tau / L = {constant:.0f} "
+      f"steps (depths depart from it by up to {spread:.2f}x); three such times (5% of a gap "
       "left) then take " + ", ".join(
           f"{relaxation.steps_to_settle(constant, L):,.0f} steps at L = {L}"
           for L in (64, 128, 256)) + "."]
@@ -144,7 +146,8 @@ def main(argv):
     f.write("\n".join(lines) + "\n")
   write_json_atomic(os.path.join(out_dir, "relaxation.json"), dict(
       workdir=FLAGS.workdir, contexts=FLAGS.contexts, window=FLAGS.window,
-      drift_window=predicted["drift_window"], drift_tau_per_depth=constant, depths=records))
+      drift_window=predicted["drift_window"], disagreement_tau_per_depth=constant,
+      depths=records))
   print(os.path.join(out_dir, "relaxation.md"))
 
 

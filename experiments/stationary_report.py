@@ -108,7 +108,8 @@ def main(argv):
     f.write(markdown(results, rows, fits, FLAGS.from_step))
   write_json_atomic(os.path.join(FLAGS.results, "stationary.json"), dict(
       from_step=FLAGS.from_step, depths=rows,
-      fits={name: {k: fit[k] for k in ("L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2")}
+      fits={name: {k: fit[k] for k in ("L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2",
+                                       "resolved", "verdict")}
             for name, fit in fits.items()}))
   print(os.path.join(FLAGS.results, "stationary.md"))
 

@@ -8,6 +8,9 @@ Identity, exact for any L > 1, with e_l = f_l - y*:
 and A_L - C_L = 1/(2L(L-1)) sum_{l != m} E[(e_l - e_m)^2] >= 0 (disagreement).
 """
 
+import copy
+import functools
+
 import numpy as np
 import scipy.optimize
 import scipy.stats
@@ -172,6 +175,24 @@ def _r_squared(log_losses: np.ndarray, residuals: np.ndarray,
 
 def fit_depth_scaling(depths, losses, fit_floor: bool = True,
                       alpha: float | None = None, standard_errors=None) -> dict:
+  """Least squares of log R_L - log(L0 + c L^-alpha); see `_fit_depth_scaling`. The reports
+  fit the same grid several times over (every check of a grid refits its law), so fits are
+  cached on their inputs; each call returns its own copy."""
+  key = (tuple(np.ravel(np.asarray(depths, np.float64))),
+         tuple(np.ravel(np.asarray(losses, np.float64))), bool(fit_floor), alpha,
+         None if standard_errors is None
+         else tuple(np.ravel(np.asarray(standard_errors, np.float64))))
+  return copy.deepcopy(_cached_fit(key))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_fit(key: tuple) -> dict:
+  depths, losses, fit_floor, alpha, standard_errors = key
+  return _fit_depth_scaling(depths, losses, fit_floor, alpha, standard_errors)
+
+
+def _fit_depth_scaling(depths, losses, fit_floor: bool = True,
+                       alpha: float | None = None, standard_errors=None) -> dict:
   """Least squares of log R_L - log(L0 + c L^-alpha) over (L0 >= 0, c > 0, alpha > 0).
 
   With fit_floor=False, L0 = 0 (a pure power law); with `alpha` given, the exponent is held
@@ -218,6 +239,17 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
     residual = log_losses - np.log(L0 + np.exp(log_c - exponent * log_depths))
     return residual if weights is None else weights * residual
 
+  def jacobian(theta):
+    """d residual / d theta: with p = c L^-alpha and m = L0 + p, -1/m (L0), -p/m (log c) and
+    p log L / m (alpha), weighted as the residuals are."""
+    L0, log_c, exponent = unpack(theta)
+    term = np.exp(log_c - exponent * log_depths)
+    model = L0 + term
+    columns = (([-1.0 / model] if fit_floor else []) + [-term / model]
+               + ([term * log_depths / model] if held_alpha is None else []))
+    jac = np.stack(columns, axis=1)
+    return jac if weights is None else weights[:, None] * jac
+
   best = None
   for alpha0 in ((0.25, 0.5, 1.0, 2.0) if held_alpha is None else (held_alpha,)):
     for floor_fraction in ((0.0, 0.5, 0.9) if fit_floor else (0.0,)):
@@ -225,8 +257,8 @@ def fit_depth_scaling(depths, losses, fit_floor: bool = True,
       theta0 = ([L0_start] if fit_floor else []) + [
           np.log(max(losses.max() - L0_start, 1e-12))] + ([alpha0] if held_alpha is None else [])
       lower = ([0.0] if fit_floor else []) + [-np.inf] + ([1e-6] if held_alpha is None else [])
-      result = scipy.optimize.least_squares(residuals, theta0, bounds=(lower, np.inf),
-                                            method="trf", x_scale="jac")
+      result = scipy.optimize.least_squares(residuals, theta0, jac=jacobian,
+                                            bounds=(lower, np.inf), method="trf", x_scale="jac")
       if best is None or result.cost < best.cost:
         best = result
   L0, log_c, alpha = unpack(best.x)

@@ -19,7 +19,7 @@ The `trajectory` tier trains one seed for 20000 steps and keeps every evaluation
 metrics.jsonl then carries, per model and evaluation, R, A, C and the parameter norms, gain
 and score temperature (inverse_depth.trajectory), to find where each depth settles.
 The `stationary` tiers train the law's grid at its stationary state (docs/notes/stationary.md):
-W_x held at its initial norm (`fixed_input_norm`, which changes no prediction), and a step
+regimes.SGD_STATIONARY (W_x held at its initial norm, which changes no prediction), and a step
 budget per depth of about 500 L steps, 1.7 relaxation times of the slowest mode (~300 L steps):
 `stationary` trains depths 1..32 for 16000 steps (about 40 min on 2 cores), `stationary_deep`
 depth 64 for 32000 steps (about 70 min); experiments.join_runs joins them (committed:
@@ -57,7 +57,7 @@ def get_config(tier: str = "cpu"):
     config.checkpoint_every = config.eval_every
     config.checkpoints_to_keep = config.max_steps // config.eval_every
   if tier in ("stationary", "stationary_deep"):
-    config.fixed_input_norm = True
+    config.update(regimes.SGD_STATIONARY)
     config.depths = (1, 2, 4, 8, 16, 32) if tier == "stationary" else (64,)
     config.max_steps = 16000 if tier == "stationary" else 32000
     config.checkpoint_every = config.eval_every

@@ -7,6 +7,7 @@ config), a verdict counted from the checks (reproduced: every check passes; not 
 every check misses; partly: m of n pass) and the folders that hold the runs.
 """
 
+import json
 import os
 
 import numpy as np
@@ -98,7 +99,7 @@ def law_rows(root: str) -> list[dict]:
     fits = records.fits_of(results, "softmax")
     found = [check for fit in fits for check in (checks.depth_law(fit, _runs(results, fit)),
                                                  checks.softmax_floor(fit, _runs(results, fit)))
-             if check]
+             if check] + _extrapolated_checks(root, folder)
     rows.append(_row("R_L = L0 + c L^-alpha, alpha ~ 1 (top-2, isotropic, L to 64)",
                      "alpha ~ 1, L0 2.007", "; ".join(_law_cell(fit, results) for fit in fits),
                      results, found, [folder]))
@@ -113,6 +114,17 @@ def law_rows(root: str) -> list[dict]:
                    results, [checks.depth_law(fit, _runs(results, fit)) for fit in fits],
                    [folder]))
   return rows
+
+
+def _extrapolated_checks(root: str, folder: str) -> list[checks.Check]:
+  """The law at t -> infinity where the folder holds experiments.stationary_report's
+  stationary.json (its fits on both depth sets)."""
+  path = os.path.join(root, folder, "stationary.json")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    fits = json.load(f)["fits"]
+  return [checks.extrapolated_law(fits["L>=1"], fits["L>=2"], "softmax")]
 
 
 def _floor_text(fit: dict) -> str:
@@ -206,21 +218,21 @@ def table_rows(root: str) -> list[dict]:
 
 def identity_row(root: str, folders) -> dict:
   """R = C + (A - C)/L with R from the model's own forward output (checks.identity_from_forward)
-  on every clean model of `folders`: not testable where the records carry no forward loss."""
+  on the clean models of `folders` that record it (runs made since the forward loss is
+  recorded); not testable where none does."""
   runs = [r for folder in folders for results in [_load(folder, root)] if results
           for r in results["runs"]]
   clean = [r for r in runs if analysis.is_clean(r)]
-  found = [checks.identity_from_forward(runs)] if clean else []
-  forward = sum("forward_eval_loss" in r for r in clean)
+  recorded = [r for r in clean if "forward_eval_loss" in r]
+  found = [checks.identity_from_forward(recorded)] if recorded else []
   algebraic = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in clean),
                   default=float("nan"))
-  verdict_text = None
-  if found and found[0].status == "not testable":
-    verdict_text = "not testable on the committed runs"
-  return dict(claim="Identity R_L = C_L + (A_L - C_L)/L", paper="exact",
-              ours=(f"{forward} of {len(clean)} models record R from their own forward output; "
-                    f"from the layer outputs alone it holds by algebra (residual {algebraic:.1e})"),
-              regime="every run", verdict=verdict_text or verdict(found),
+  ours = (f"{len(recorded)} of {len(clean)} models record R from their own forward output"
+          + (f": {found[0].text}" if found else "")
+          + f"; from the layer outputs alone it holds by algebra (residual {algebraic:.1e})")
+  return dict(claim="Identity R_L = C_L + (A_L - C_L)/L", paper="exact", ours=ours,
+              regime="every run",
+              verdict=verdict(found) if found else "not testable on the committed runs",
               where="every folder above", folders=list(folders))
 
 
