@@ -1,7 +1,8 @@
 """How far each depth of a constant-rate run still had to go: the law at t -> infinity.
 
     python -m experiments.stationary_report --results=results/sgd_law_stationary \
-        --metrics=runs/stationary/metrics.jsonl,runs/stationary_deep/metrics.jsonl
+        --metrics=results/sgd_law_stationary/sources/stationary/metrics.jsonl,\
+results/sgd_law_stationary/sources/stationary_deep/metrics.jsonl --tau_per_depth=205
 
 Reads a run's (or a join's) results.json and the metrics.jsonl of every run it holds. Per depth
 (seed means): the averaged held-out R of results.json, its drift across the averaging window
@@ -25,6 +26,8 @@ flags.DEFINE_string("results", None, "folder of results.json", required=True)
 flags.DEFINE_list("metrics", None, "metrics.jsonl of every run in results.json", required=True)
 flags.DEFINE_float("from_step", 2000, "first step of the exponential fit (past the warm-up "
                    "and the layers' first parting)")
+flags.DEFINE_float("tau_per_depth", 0.0, "tau = this x L at every depth (the slowest mode's "
+                   "measured time per layer: experiments.relaxation_report); 0: fit tau per seed")
 FLAGS = flags.FLAGS
 
 
@@ -41,21 +44,28 @@ def series_by_depth(metrics_paths: list[str], label: str) -> dict[int, tuple]:
   return out
 
 
-def extrapolate(results: dict, series: dict, from_step: float) -> list[dict]:
-  """One row per depth of the first fit: R, the remaining change and R_inf (module docstring)."""
+def extrapolate(results: dict, series: dict, from_step: float,
+                tau_per_depth: float = 0.0) -> list[dict]:
+  """One row per depth of the first fit: R, the remaining change and R_inf (module docstring).
+  R is the mean of a depth's clean models, or of its flagged ones where none is clean, with
+  checks.depth_standard_errors' error (as checks.law_fits takes them); the remaining change
+  is the mean over every seed's series (a model flagged for its level still shows how far
+  its depth has to go)."""
   config = results["config"]
   fit = results["fits"][0]
-  runs = [r for r in analysis.clean_runs(results["runs"]) if r["model"] == fit["model"]]
+  runs = [r for r in results["runs"] if r["model"] == fit["model"] and not r["diverged"]]
   rows = []
-  for depth in fit["depths"]:
+  for depth in sorted({r["depth"] for r in runs}):
     mine = [r for r in runs if r["depth"] == depth]
+    mine = [r for r in mine if analysis.is_clean(r)] or mine
     losses = np.asarray([r["eval_loss"] for r in mine])
     steps, values_SE = series[depth]
     last = steps[-1]
     window_start = last - (config["stationary_evals"] - 1) * config["eval_every"]
-    found = trajectory.remaining_change(steps, values_SE, window_start, from_step)
-    se = losses.std(ddof=1) / np.sqrt(losses.size) if losses.size > 1 else np.nan
-    rows.append(dict(depth=depth, seeds=int(losses.size), steps=int(last), R=float(losses.mean()),
+    found = trajectory.remaining_change(steps, values_SE, window_start, from_step,
+                                        tau=tau_per_depth * depth if tau_per_depth else None)
+    se = checks.depth_standard_errors([mine])[0]
+    rows.append(dict(depth=depth, seeds=int(losses.size), flagged=not analysis.is_clean(mine[0]), steps=int(last), R=float(losses.mean()),
                      R_se=float(se), remaining=found["change"], remaining_se=found["change_se"],
                      tau=found["tau"], resolved=found["resolved"],
                      R_inf=float(losses.mean() + found["change"]),
@@ -73,18 +83,22 @@ def law_at_infinity(rows: list[dict]) -> dict:
   return out
 
 
-def markdown(results: dict, rows: list[dict], fits: dict, from_step: float) -> str:
+def markdown(results: dict, rows: list[dict], fits: dict, from_step: float,
+             tau_per_depth: float) -> str:
+  tau_text = (f"tau = {tau_per_depth:g} L, the slowest mode's measured time per layer (A - C, "
+              "experiments.relaxation_report), with y_inf and a fitted per seed"
+              if tau_per_depth else "tau fitted per seed (the median shown; unresolved where a "
+              "seed's tau exceeds half the fitted span)")
   lines = ["# The law at t -> infinity", "",
-           f"Per depth, seed means; remaining: y_inf minus the averaging window's mean of the "
-           f"validation R, y(t) = y_inf + a exp(-t / tau) fitted per seed over steps >= "
-           f"{from_step:.0f} (tau: median over seeds; unresolved where a seed's tau exceeds half "
-           "the fitted span, so that y_inf rests on less than two e-folds); R_inf = R + remaining, "
-           "se over seeds of both.", "",
+           f"Per depth, seed means (a depth's flagged models where none is clean: L marked *); "
+           f"remaining: y_inf minus the averaging window's mean of the validation R, "
+           f"y(t) = y_inf + a exp(-t / tau) over steps >= {from_step:.0f}, {tau_text}; "
+           "R_inf = R + remaining, se over seeds of both.", "",
            f"Drift check of the run: {checks.window_drift(results['fits'][0], results['runs']).text}",
            "", "| L | seeds | steps | R | remaining | tau | R_inf |", "|---|---|---|---|---|---|---|"]
   for r in rows:
     tau = f"{r['tau']:.0f}" + ("" if r["resolved"] else " (unresolved)")
-    lines.append(f"| {r['depth']} | {r['seeds']} | {r['steps']} | {r['R']:.4f} +- {r['R_se']:.4f} "
+    lines.append(f"| {r['depth']}{'*' if r['flagged'] else ''} | {r['seeds']} | {r['steps']} | {r['R']:.4f} +- {r['R_se']:.4f} "
                  f"| {r['remaining']:+.4f} +- {r['remaining_se']:.4f} | {tau} | "
                  f"{r['R_inf']:.4f} +- {r['R_inf_se']:.4f} |")
   lines += ["", "The law on R_inf (fits weighted by the standard errors of R_inf):", ""]
@@ -102,12 +116,12 @@ def main(argv):
   with open(os.path.join(FLAGS.results, "results.json")) as f:
     results = json.load(f)
   series = series_by_depth(FLAGS.metrics, results["fits"][0]["model"])
-  rows = extrapolate(results, series, FLAGS.from_step)
+  rows = extrapolate(results, series, FLAGS.from_step, FLAGS.tau_per_depth)
   fits = law_at_infinity(rows)
   with open(os.path.join(FLAGS.results, "stationary.md"), "w") as f:
-    f.write(markdown(results, rows, fits, FLAGS.from_step))
+    f.write(markdown(results, rows, fits, FLAGS.from_step, FLAGS.tau_per_depth))
   write_json_atomic(os.path.join(FLAGS.results, "stationary.json"), dict(
-      from_step=FLAGS.from_step, depths=rows,
+      from_step=FLAGS.from_step, tau_per_depth=FLAGS.tau_per_depth, depths=rows,
       fits={name: {k: fit[k] for k in ("L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2",
                                        "resolved", "verdict")}
             for name, fit in fits.items()}))

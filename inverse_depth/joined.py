@@ -106,11 +106,16 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
       unrecorded_config_fields=unrecorded)
 
 
+# A committed join keeps its runs beside it, in out_dir/sources/NAME (results/README.md).
+SOURCES_FOLDER = "sources"
+
+
 def write_joined(workdirs: list[str], out_dir: str) -> str:
   """out_dir/results.json joined from the workdirs' results.json (`join_results`), then
   returns its path (the report layer writes report.md from it). Refuses, before
   writing anything, an out_dir that is one of the sources, or that exists and is neither an
-  empty directory nor an earlier join (rewritten in place)."""
+  empty directory (or one holding only SOURCES_FOLDER) nor an earlier join (rewritten in
+  place)."""
   if os.path.abspath(out_dir) in {os.path.abspath(w) for w in workdirs}:
     raise ValueError(f"--out {out_dir} is one of the joined workdirs; give a new directory")
   results_by_source = {}
@@ -127,9 +132,10 @@ def write_joined(workdirs: list[str], out_dir: str) -> str:
       if "joined_from" not in json.load(f):
         raise ValueError(f"--out {out_dir} holds the results.json of a run, not of a join; "
                          "give a new directory")
-  elif os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-    raise ValueError(f"--out {out_dir} exists and is not an empty directory or an earlier "
-                     "join; give a new directory")
+  elif os.path.exists(out_dir) and (not os.path.isdir(out_dir)
+                                     or set(os.listdir(out_dir)) - {SOURCES_FOLDER}):
+    raise ValueError(f"--out {out_dir} exists and is not an empty directory (but for "
+                     f"{SOURCES_FOLDER}/) or an earlier join; give a new directory")
   os.makedirs(out_dir, exist_ok=True)
   write_json_atomic(out_results, joined)
   return out_results

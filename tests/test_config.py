@@ -232,6 +232,8 @@ def test_a_workdir_that_is_a_file_gets_a_one_line_error(tmp_path):
 # made it.
 COMMITTED_RUNS = {
     "sgd_law": ("sgd_law", None), "sgd_law_trajectory": ("sgd_law", "trajectory"),
+    "sgd_law_stationary/sources/stationary": ("sgd_law", "stationary"),
+    "sgd_law_stationary/sources/stationary_deep": ("sgd_law", "stationary_deep"),
     "quick": ("quick", None),
     "regimes_compared/quick_adam_constant": ("quick_adam_constant", None),
     "regimes_compared/quick_adam_annealed": ("quick_adam_annealed", None),
@@ -313,4 +315,12 @@ def test_every_committed_run_folder_is_listed():
            for path in glob.glob(os.path.join(REPO, "results", "**", "results.json"),
                                  recursive=True)}
   without_config = {"cosine_mixtures"}  # theory only: experiments.cosine_mixtures
-  assert found - without_config == set(COMMITTED_RUNS) & found
+  joins = set()  # experiments.join_runs of listed runs: each source is checked above
+  for folder in found:
+    with open(os.path.join(REPO, "results", folder, "results.json")) as f:
+      sources = json.load(f).get("joined_from")
+    if sources:
+      joins.add(folder)
+      assert {os.path.relpath(os.path.join(folder, "sources", os.path.basename(s["source"])))
+              for s in sources} <= set(COMMITTED_RUNS), folder
+  assert found - without_config - joins == set(COMMITTED_RUNS) & found

@@ -30,7 +30,8 @@ RUNS = (("table1", "experiments/configs/table1.py"),
 
 # The first section of the combined report: one committed run per training regime at the
 # paper's size (softmax, top-2, isotropic, d = 16, P = 128), paths from the repository root.
-REGIME_RUNS = (("constant-step SGD (regimes.SGD_LAW)", "results/sgd_law"),
+REGIME_RUNS = (("constant-step SGD at its stationary state (regimes.SGD_STATIONARY)",
+                "results/sgd_law_stationary"),
                ("annealed Adam (regimes.ANNEALED_ADAM)", "results/depth_law"))
 
 

@@ -18,7 +18,7 @@ from inverse_depth.files import write_text_atomic
 from inverse_depth.workdir import read_metrics
 
 # The committed runs each row reads, from the repository root.
-SGD_LAW = "results/sgd_law"
+SGD_LAW = "results/sgd_law_stationary"
 ANNEALED_LAW = "results/depth_law"
 SGD_TABLES = combined_report.SGD_TABLES_ROOT
 ADAM_TABLES = "results/reproduce"
@@ -228,7 +228,7 @@ def identity_row(root: str, folders) -> dict:
   algebraic = max((abs(r["identity_residual"]) / max(r["eval_loss"], 1e-30) for r in clean),
                   default=float("nan"))
   ours = (f"{len(recorded)} of {len(clean)} models record R from their own forward output"
-          + (f": {found[0].text}" if found else "")
+          + (f": {found[0].text.rstrip('.')}" if found else "")
           + f"; from the layer outputs alone it holds by algebra (residual {algebraic:.1e})")
   return dict(claim="Identity R_L = C_L + (A_L - C_L)/L", paper="exact", ours=ours,
               regime="every run",
