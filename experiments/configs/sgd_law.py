@@ -20,10 +20,11 @@ metrics.jsonl then carries, per model and evaluation, R, A, C and the parameter 
 and score temperature (inverse_depth.trajectory), to find where each depth settles.
 The `stationary` tiers train the law's grid at its stationary state (docs/notes/stationary.md):
 regimes.SGD_STATIONARY (W_x held at its initial norm, which changes no prediction), and a step
-budget per depth of about 500 L steps, 1.7 relaxation times of the slowest mode (~300 L steps):
-`stationary` trains depths 1..32 for 16000 steps (about 40 min on 2 cores), `stationary_deep`
-depth 64 for 32000 steps (about 70 min); experiments.join_runs joins them (committed:
-results/sgd_law_stationary/). Every evaluation's checkpoint is kept.
+budget per depth of 500 L steps, about 2.4 relaxation times of the slowest mode (A - C, ~205 L):
+`stationary` trains depths 1..32 for 16000 steps, `stationary_deep` depth 64 for 32000 steps
+(87 and 110 min run side by side on 2 cores); experiments.join_runs joins them (committed:
+results/sgd_law_stationary/, with the commands of results/README.md). Every evaluation's
+checkpoint is kept, for experiments.relaxation_report and experiments.sgd_noise.
 """
 
 from experiments.configs import default, regimes
