@@ -441,6 +441,7 @@ def generalized_root(tmp_path_factory):
   return root
 
 
+@pytest.mark.slow  # a shrunk run of every config (~1.5-2 min): `make test-all`
 def test_generalized_configs_run_end_to_end(generalized_root):
   """The configs of issue 10 validate and run at toy sizes: every variant gets a fit, the
   context-updates records carry the learned m and the S_1 fit, all their parameter count."""
@@ -483,6 +484,7 @@ def test_context_updates_without_diagnostic_contexts(tmp_path):
                 "selection_error_mean"} & set(record)
 
 
+@pytest.mark.slow  # a shrunk run of every config (~1.5-2 min): `make test-all`
 def test_generalized_report(generalized_root):
   """The combined report has a row per variant beside the paper's words, the learned m per
   task, the looped table, and every figure."""

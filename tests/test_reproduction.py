@@ -59,6 +59,7 @@ def reproduction_root(tmp_path_factory):
   return root
 
 
+@pytest.mark.slow  # a shrunk run of every config (~1.5-2 min): `make test-all`
 def test_every_run_records_every_spectrum(reproduction_root):
   results = records.load_results(reproduction_root, [name for name, _ in combined_report.RUNS])
   assert set(results) == {name for name, _ in combined_report.RUNS}
@@ -81,6 +82,7 @@ def test_every_run_records_every_spectrum(reproduction_root):
   assert "| R_L averaged over beta (+- se) |" in text and "How the layers score" in text
 
 
+@pytest.mark.slow  # a shrunk run of every config (~1.5-2 min): `make test-all`
 def test_combined_report(reproduction_root):
   path = combined_report.write_combined_report(  # the tables runs stand in for the SGD regime's
       reproduction_root, sgd_tables=reproduction_root)
