@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from experiments import stationary_report
+from inverse_depth import stationary as stationary_report
 from tests import REPO
 
 FOLDER = os.path.join(REPO, "results", "sgd_law_stationary")
