@@ -101,7 +101,12 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
 # session of 2 cores affords for all three tables (about 1.5 h together): one seed, 6000
 # steps, the last 12 evaluations averaged; at 6000 steps a depth-32 model of the isotropic
 # task sits within 0.2% of its 12000-step loss (BUILD_NOTES "Where the law appears").
-SGD_TIERS = ("short", "cpu", "paper")
+# The `stationary` tiers (issue 46) train in regimes.SGD_STATIONARY with the step budget of
+# results/sgd_law_stationary, 500 L steps, about 2.4 relaxation times of the slowest mode at
+# the grid's deepest depth (docs/notes/stationary.md): `stationary` trains depths 1..16 for
+# 8000 steps, `stationary_deep` depth 32 for 16000 steps; experiments.join_runs joins them
+# (and spectra split with --config.spectra) into one grid.
+SGD_TIERS = ("short", "cpu", "paper", "stationary", "stationary_deep")
 _SGD_TIER_FIELDS = {
     "short": dict(depths=(1, 2, 4, 8, 16, 32), num_seeds=1, max_steps=6000, stationary_evals=12,
                   eval_size=20_480, bound_samples=50_000, outlier_factor=1.5),
@@ -110,6 +115,11 @@ _SGD_TIER_FIELDS = {
     "paper": dict(depths=(1, 2, 4, 8, 16, 32, 64, 128, 256), num_seeds=3, max_steps=48000,
                   stationary_evals=16, eval_size=100_000, bound_samples=200_000,
                   outlier_factor=1.5),
+    "stationary": dict(depths=(1, 2, 4, 8, 16), num_seeds=2, max_steps=8000,
+                       stationary_evals=16, eval_size=20_480, bound_samples=50_000,
+                       outlier_factor=1.5),
+    "stationary_deep": dict(depths=(32,), num_seeds=2, max_steps=16000, stationary_evals=16,
+                            eval_size=20_480, bound_samples=50_000, outlier_factor=1.5),
 }
 # Query/key start per k: identity at scale s puts the logits near s^2 N cos, so s =
 # sqrt(tau / N) with tau the best single cosine layer's temperature (theory.softmax_bound at
@@ -130,7 +140,7 @@ def sgd_law_base(tier: str, k: int, spectra) -> ml_collections.ConfigDict:
     raise ConfigError(f"sgd_law tables: k={k} has no query/key scale; allowed "
                       f"{sorted(SGD_QK_SCALE)}")
   config = default.get_config()
-  config.update(regimes.SGD_LAW)
+  config.update(regimes.SGD_STATIONARY if tier.startswith("stationary") else regimes.SGD_LAW)
   config.update(_SGD_TIER_FIELDS[tier])
   config.model = "softmax"
   config.task = "topk"
