@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from inverse_depth import analysis, paper
+from inverse_depth import analysis, paper, records, theory
 
 # The depth law R_L = L0 + c L^-alpha: the paper's exponents are near one (0.79-0.97 in
 # Table 4, 0.98-0.99 in Table 5) with R^2 >= 0.998; a fit "shows the law" with alpha in
@@ -403,6 +403,13 @@ def gap_fit(fit: dict, runs: list[dict] | None = None) -> dict | None:
   return gap
 
 
+def gap_exponent_distance(gap: dict) -> float:
+  """A gap fit's exponent from the paper's Table 5 range in its own standard errors (0 inside
+  the range); agreement is |distance| <= EXPONENT_STANDARD_ERRORS."""
+  low, high = paper.TABLE5_ALPHA_RANGE
+  return float((gap["alpha"] - np.clip(gap["alpha"], low, high)) / gap["alpha_se"])
+
+
 def table5_gap_exponent(fit: dict, gap: dict | None = None, runs: list[dict] | None = None
                         ) -> Check:
   """The gap exponent with L0 held at its fit (`gap_fit`; `gap` is recomputed from `fit` when
@@ -428,7 +435,7 @@ def table5_gap_exponent(fit: dict, gap: dict | None = None, runs: list[dict] | N
   if not gap["power_law"]:
     return Check(claim, False, f"{text}; the gap is not a power law (needs every local slope "
                  f"> 0 and within {GAP_LOCAL_SLOPE_TOLERANCE:g} of alpha).")
-  distance = (gap["alpha"] - np.clip(gap["alpha"], low, high)) / gap["alpha_se"]
+  distance = gap_exponent_distance(gap)
   return Check(claim, bool(abs(distance) <= EXPONENT_STANDARD_ERRORS),
                f"{text} ({distance:+.1f} se; needs within {EXPONENT_STANDARD_ERRORS:g} se, se at "
                f"most {GAP_ALPHA_SE_CAP:g}).")
@@ -491,6 +498,190 @@ def clean_run(runs: list[dict]) -> Check:
                "kept out of the means and fits: " + "; ".join(
                    f"{r['model']} L={r['depth']} seed {r['seed']} "
                    f"({r.get('flag_reason') or 'diverged'})" for r in flagged) + ".")
+
+
+def models_converged(results: dict) -> Check:
+  """Every model converged by the trainer's rule (none diverged)."""
+  runs = results["runs"]
+  live = [r for r in runs if not r["diverged"]]
+  converged = sum(r["converged"] for r in live)
+  return Check(
+      "models converged", converged == len(runs),
+      f"{converged}/{len(runs)} models converged by the stated rule "
+      f"({len(runs) - len(live)} diverged)."
+      + (" Under a decay to zero the rule only sees the loss stop as the rate vanishes, not "
+         "convergence: `experiments.longer_training` tests that by training the same models "
+         "longer." if results.get("config", {}).get("schedule") == "cosine" else ""))
+
+
+def models_stationary(runs: list[dict]) -> Check | None:
+  """Every live model stationary over its averaging window (analysis.stationarity); None
+  where no record has a window (a decaying schedule evaluates its final iterate)."""
+  windows = [r for r in runs if not r["diverged"] and "stationarity" in r]
+  if not windows:
+    return None
+  stationary = sum(r["stationarity"]["stationary"] for r in windows)
+  return Check("models stationary", stationary == len(windows),
+               f"{stationary}/{len(windows)} models stationary over the averaging window (the "
+               f"last {windows[0]['stationarity']['evals']} evaluations; reported R, A and C are "
+               "their time averages).")
+
+
+def off_uniform_plateau(runs: list[dict]) -> Check:
+  """No live model ended on the uniform-attention plateau (record `on_plateau`)."""
+  stuck = [f"{r['model']} L={r['depth']} seed {r['seed']}" for r in runs
+           if not r["diverged"] and r["on_plateau"]]
+  return Check("off the uniform plateau", not stuck,
+               f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
+               f"{analysis.UNIFORM_PLATEAU_FRACTION:g} x the best uniform-attention predictor)"
+               + (": " + ", ".join(stuck) if stuck else "."))
+
+
+def loss_monotone(fit: dict) -> Check | None:
+  """No depth's loss rises above the previous depth's by more than 2 paired standard errors
+  (fit record `non_monotone_depths`); None for a grid of one depth."""
+  if not fit.get("paired_differences"):
+    return None
+  bad = fit["non_monotone_depths"]
+  steps = ", ".join(f"{p['previous']}->{p['depth']}: {p['difference']:+.2g} +- {p['se']:.2g}"
+                    for p in fit["paired_differences"])
+  return Check("loss monotone in depth", not bad,
+               f"{records.grid_label(fit)}: loss monotone in depth within 2 paired standard "
+               f"errors (R_L - R_L' on the shared evaluation set: {steps})"
+               + (f"; rises at depths {bad} (docs/regimes.md: for parallel models a rise means "
+                  "under-training)" if bad else "."))
+
+
+def one_layer_near_bound(fit: dict) -> Check | None:
+  """R_1 within SINGLE_LAYER_TOLERANCE above the best single cosine layer
+  (theory.softmax_bound, fit record `bound`); None without a bound or a depth-1 model."""
+  bound = fit.get("bound")
+  if not bound or not fit["depths"] or fit["depths"][0] != 1:
+    return None
+  excess = fit["losses"][0] / bound["single"] - 1
+  return Check("one layer near its bound", excess < SINGLE_LAYER_TOLERANCE,
+               f"{records.grid_label(fit)}: R_1 = {fit['losses'][0]:.4g} is {excess:+.1%} from "
+               f"the best single cosine-attention layer {bound['single']:.4g} +- "
+               f"{bound['single_se']:.2g} (needs < +{SINGLE_LAYER_TOLERANCE:.0%}).")
+
+
+def linear_flat(fit: dict, runs: list[dict]) -> Check | None:
+  """Linear attention plateaus after two layers: the plateau loss (analysis.plateau_loss) at
+  the deepest depth within LINEAR_FLAT_TOLERANCE of L = 2's; None without L = 2 and a deeper
+  clean depth."""
+  if 2 not in fit["depths"] or fit["depths"][-1] <= 2:
+    return None
+  deepest = int(fit["depths"][-1])
+  at_2, _, measure = analysis.plateau_loss(runs, fit, 2)
+  at_deepest, _, _ = analysis.plateau_loss(runs, fit, deepest)
+  change = at_deepest / at_2 - 1
+  return Check("linear flat in depth", bool(abs(change) <= LINEAR_FLAT_TOLERANCE),
+               f"{records.grid_label(fit)}: loss at L={deepest} is {change:+.2%} from L=2 "
+               f"({measure}; needs within {LINEAR_FLAT_TOLERANCE:.0%}).")
+
+
+def table1_linear_floor(fit: dict, runs: list[dict]) -> Check | None:
+  """The deepest linear plateau (analysis.plateau_loss) within LINEAR_FLOOR_TOLERANCE of the
+  paper's Table 1 floor; None where Table 1 has no entry or no depth is clean."""
+  target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
+  if target is None or not fit["depths"]:
+    return None
+  deepest = int(fit["depths"][-1])
+  plateau, _, measure = analysis.plateau_loss(runs, fit, deepest)
+  off = relative(plateau, target)
+  return Check("Table 1 linear floor", bool(abs(off) <= LINEAR_FLOOR_TOLERANCE),
+               f"{records.grid_label(fit)}: plateau {plateau:.4g} ({measure}, L={deepest}) is "
+               f"{off:+.1%} from the paper's {target:g} (needs within "
+               f"{LINEAR_FLOOR_TOLERANCE:.0%}).")
+
+
+def linear_theory(fit: dict, runs: list[dict]) -> Check | None:
+  """Table 3: the deepest linear plateau within LINEAR_THEORY_TOLERANCE of the theory floor
+  T - h^T G^+ h (theory.linear_floor, fit record `bound`); the floor at the run's own P is
+  stated beside it. None without a bound or a clean depth."""
+  bound = fit.get("bound")
+  if not bound or not fit["depths"]:
+    return None
+  deepest = int(fit["depths"][-1])
+  plateau, plateau_se, measure = analysis.plateau_loss(runs, fit, deepest)
+  if measure == "averaged over beta":
+    measure += f", +- {plateau_se:.2g}"
+  off = relative(plateau, bound["floor"])
+  at_this_P = (f" At this P (the polynomial applied to the context's own covariance S) the "
+               f"floor is {bound['context_floor']:.4g} +- {bound['context_floor_se']:.2g}: "
+               f"{relative(plateau, bound['context_floor']):+.1%} from it."
+               if "context_floor" in bound else "")  # results/linear_floor's bound lacks it
+  return Check("Table 3 linear theory", bool(abs(off) <= LINEAR_THEORY_TOLERANCE),
+               f"{records.grid_label(fit)}: deepest trained loss {plateau:.4g} ({measure}) is "
+               f"{off:+.1%} from the theory floor T - h^T G^+ h = {bound['floor']:.4g} +- "
+               f"{bound['floor_se']:.2g} (depth {bound['depth']}; needs within "
+               f"{LINEAR_THEORY_TOLERANCE:.0%})." + at_this_P)
+
+
+def softmax_below_linear(softmax_fit: dict, linear_fit: dict, linear_runs: list[dict]
+                         ) -> Check | None:
+  """On one problem the deepest clean softmax loss below SOFTMAX_LINEAR_RATIO x the linear
+  plateau at its deepest depth; None where either grid has no clean depth."""
+  if not softmax_fit["losses"] or not linear_fit["losses"]:
+    return None
+  plateau, _, measure = analysis.plateau_loss(linear_runs, linear_fit,
+                                              int(linear_fit["depths"][-1]))
+  ratio = softmax_fit["losses"][-1] / plateau
+  return Check("softmax below linear", bool(ratio < SOFTMAX_LINEAR_RATIO),
+               f"{records.grid_label(softmax_fit)}: deepest softmax loss "
+               f"{softmax_fit['losses'][-1]:.4g} (L={softmax_fit['depths'][-1]:g}) is {ratio:.2g}x "
+               f"the linear plateau {plateau:.4g} ({measure}, L={linear_fit['depths'][-1]:g}; "
+               f"needs < {SOFTMAX_LINEAR_RATIO:g}x).")
+
+
+def table2_exponent_band(fit: dict) -> Check:
+  """Table 2: the linear easy-task exponent between zeta and 2 zeta (theory.zeta)."""
+  zeta = theory.zeta(fit["a"], fit["b"])
+  alpha = fit["alpha"] if fit["resolved"] else float("nan")
+  inside = bool(zeta <= alpha <= 2 * zeta)
+  return Check("Table 2 exponent band", inside,
+               f"Table 2 ({fit['a']:g}, {fit['b']:g}): alpha {alpha:.3f} "
+               f"{'is' if inside else 'is NOT'} between zeta {zeta:.3g} and 2 zeta "
+               f"{2 * zeta:.3g}.")
+
+
+def easy_task(fit: dict, runs: list[dict]) -> Check | None:
+  """The easy task: one softmax layer's loss below EASY_TASK_FRACTION of E[y*^2] (run
+  record `target_second_moment`); None for other grids."""
+  if fit["model"] != "softmax" or not fit["depths"] or fit["depths"][0] != 1:
+    return None
+  second = float(np.mean([r["target_second_moment"] for r in runs]))
+  R1 = fit["losses"][0]
+  return Check("easy task", bool(R1 < EASY_TASK_FRACTION * second),
+               f"Easy task: one softmax layer reaches R_1 = {R1:.3g} ({R1 / second:.2g} of "
+               f"E[y*^2] = {second:.3g}; needs < {EASY_TASK_FRACTION:g}).")
+
+
+def run_checks(results: dict) -> list[Check]:
+  """Every check one run's results.json can take: the state of its models, then per problem
+  the softmax grids' (monotone, one layer near its bound, the law's), the linear grid's (flat,
+  Table 1 floor, Table 3 theory) and softmax against linear."""
+  runs = results["runs"]
+  found = [models_converged(results), models_stationary(runs), clean_run(runs),
+           off_uniform_plateau(runs), identity_from_forward(runs)]
+  by_problem = {}
+  for fit in results["fits"]:
+    by_problem.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
+  for fits in by_problem.values():
+    soft, lin = fits.get("softmax"), fits.get("linear")
+    for fit in (soft, fits.get("softmax" + analysis.ENSEMBLE_SUFFIX)):
+      if fit is not None:
+        fit_runs = records.runs_of(results, fit)
+        found += [loss_monotone(fit), one_layer_near_bound(fit)]
+        if len(fit["losses"]) >= 2:
+          found += softmax_law_checks(fit, fit_runs)
+    if lin is not None:
+      lin_runs = records.runs_of(results, lin)
+      found += [linear_flat(lin, lin_runs), table1_linear_floor(lin, lin_runs),
+                linear_theory(lin, lin_runs)]
+      if soft is not None:
+        found.append(softmax_below_linear(soft, lin, lin_runs))
+  return [check for check in found if check is not None]
 
 
 def softmax_law_checks(fit: dict, runs: list[dict] | None = None) -> list[Check]:

@@ -10,6 +10,13 @@ from inverse_depth import analysis
 from inverse_depth.workdir import RESULTS_FILE
 
 
+def grid_label(fit: dict) -> str:
+  """'softmax, top-2, (a,b)=(0,0.5), lr 0.003': a fit record's grid in words."""
+  task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
+  rate = f", lr {fit['learning_rate']:g}" if fit.get("learning_rate") is not None else ""
+  return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g}){rate}"
+
+
 def load_results(root: str, names) -> dict[str, dict]:
   """results.json of every run named in `names` present under `root`, by run name."""
   found = {}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, checks, config as config_lib, evaluation, experiment, models
+from inverse_depth import analysis, checks, config as config_lib, evaluation, experiment, models, records
 from inverse_depth.report import run_report
 from tests import REPO, tiny
 
@@ -144,7 +144,7 @@ def test_report_sets_trained_losses_beside_the_cosine_layer_optima(experiment_ru
     optima = fit["bound"]["average_by_layers"]
     assert optima[0]["loss"] == pytest.approx(fit["bound"]["single"])
     trained = dict(zip(fit["depths"], fit["losses"]))
-    mine = [row for row in rows if row[0] == f"| {run_report.grid_label(fit)}"]
+    mine = [row for row in rows if row[0] == f"| {records.grid_label(fit)}"]
     assert [int(row[1]) for row in mine] == list(range(1, len(optima) + 1))
     for row, entry in zip(mine, optima):
       assert float(row[2]) == pytest.approx(entry["loss"], rel=1e-3)
@@ -377,7 +377,7 @@ def test_an_ensemble_with_an_outlier_member_is_flagged_by_name():
   assert {(r["depth"], r["seed"]) for r in runs if r["flagged"]} == {(4, 1), (8, 1)}
   assert all("one-layer member 3 is an outlier (6.6 > 2.4)" in r["flag_reason"]
              for r in runs if r["flagged"])
-  clean = next(check for check in run_report.checks(dict(runs=runs, fits=[]))
+  clean = next(check for check in checks.run_checks(dict(runs=runs, fits=[]))
                if check.claim == "clean run")
   assert not clean.passed and "softmax-ensemble L=8 seed 1" in clean.text
 

@@ -89,46 +89,29 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
   lin = {(f["a"], f["b"]): f for f in records.fits_of(results, "linear")}
   for key in sorted(set(soft) | set(lin), key=lambda ab: (ab[0], ab[1])):
     cells = [f"({key[0]:g}, {key[1]:g})"]
-    soft_floor = lin_floor = float("nan")
     for model, fits in (("softmax", soft), ("linear", lin)):
       fit = fits.get(key)
       if fit is None:
         cells += ["not run"] + ["-"] * 4
         continue
+      runs = records.runs_of(results, fit)
       value, how = floor_of(fit) if model == "softmax" else linear_floor_of(results, fit)
       target = paper.table1_floor(model, "topk", 2, *key)
       cells += [f"{value:.4g} ({how})", f"{target:g}" if target else "-",
                 _percent(value, target)]
       bound = fit.get("bound") or {}
       if model == "softmax":
-        soft_floor = value
         cells += [f"{bound['single']:.4g} +- {bound['single_se']:.2g}" if bound else "-",
                   f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}" if bound else "-"]
-        checks += [check for check in [checks_lib.softmax_floor(
-            fit, records.runs_of(results, fit))] if check]
+        checks.append(checks_lib.softmax_floor(fit, runs))
       else:
-        lin_floor = value
-        depth, _ = deepest(fit)
         flat = (value / linear_floor_of(results, fit, depth=2)[0] - 1 if 2 in fit["depths"]
                 else float("nan"))
         cells += [f"{bound['floor']:.4g} +- {bound['floor_se']:.2g}" if bound else "-",
                   f"{100 * flat:+.2f}%"]
-        checks.append(checks_lib.Check(
-            "linear flat in depth", bool(abs(flat) <= checks_lib.LINEAR_FLAT_TOLERANCE),
-            f"Table 1 linear ({key[0]:g}, {key[1]:g}): loss at L={depth} is {flat:+.2%} from "
-            f"L=2 (needs within {checks_lib.LINEAR_FLAT_TOLERANCE:.0%})."))
-        if target:
-          checks.append(checks_lib.Check(
-              "Table 1 linear floor",
-              bool(abs(value / target - 1) <= checks_lib.LINEAR_FLOOR_TOLERANCE),
-              f"Table 1 linear ({key[0]:g}, {key[1]:g}): plateau {value:.4g} ({how}) is "
-              f"{_percent(value, target)} from the paper's {target:g} (needs within "
-              f"{checks_lib.LINEAR_FLOOR_TOLERANCE:.0%})."))
-    if np.isfinite(soft_floor) and np.isfinite(lin_floor):
-      checks.append(checks_lib.Check(
-          "softmax below linear", bool(soft_floor < lin_floor),
-          f"Table 1 ({key[0]:g}, {key[1]:g}): softmax {soft_floor:.4g} below the linear floor "
-          f"{lin_floor:.4g}."))
+        checks += [checks_lib.linear_flat(fit, runs), checks_lib.table1_linear_floor(fit, runs)]
+        if key in soft:
+          checks.append(checks_lib.softmax_below_linear(soft[key], fit, runs))
     lines.append("| " + " | ".join(cells) + " |")
   lines += ["", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a "
             "depth law, else the deepest clean loss (shown; only a fitted L0 is checked against "
@@ -136,7 +119,7 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
             "plateau; its fit has no depth dependence to resolve), averaged exactly over beta "
             "where the run recorded it (Table 3). Theory columns: "
             "`theory.softmax_bound` and `theory.linear_floor` on the run's own contexts."]
-  return lines, checks
+  return lines, [check for check in checks if check is not None]
 
 
 def _slope(depths, losses) -> float:
@@ -160,7 +143,7 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
     a, b, depths = fit["a"], fit["b"], fit["depths"]
     z = theory.zeta(a, b)
     alpha = fit["alpha"] if fit["resolved"] else float("nan")
-    inside = z <= alpha <= 2 * z
+    band = checks_lib.table2_exponent_band(fit)
     target = paper.TABLE2_ALPHA.get((a, b))
     repeated = _slope(depths, [theory.repeated_update_risk(d=d, a=a, b=b, depth=int(L))
                                for L in depths])
@@ -169,13 +152,11 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
     lines.append(f"| ({a:g}, {b:g}) | {z:.3g} | {alpha:.3f} +- "
                  f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {2 * z:.3g} | "
                  f"{target if target else '-'} | {_percent(alpha, target)} | "
-                 f"{'yes' if inside else 'no'} | {repeated:.2f} | "
+                 f"{'yes' if band.passed else 'no'} | {repeated:.2f} | "
                  f"{best:.2f} | "
                  + ", ".join(f"{L:g}: {R:.3g}" for L, R in zip(depths, fit["losses"]))
                  + " |")
-    checks.append(checks_lib.Check(
-        "Table 2 exponent band", bool(inside), f"Table 2 ({a:g}, {b:g}): alpha {alpha:.3f} "
-        f"{'is' if inside else 'is NOT'} between zeta {z:.3g} and 2 zeta {2 * z:.3g}."))
+    checks.append(band)
   lines += ["", f"zeta and 2 zeta bound the exponent as L and d grow. On the run's own depths "
             f"and d = {d}, theory gives the two slopes beside them: L identical unit steps of "
             "gradient descent (`theory.repeated_update_risk`) and the best degree-L residual "
@@ -217,14 +198,7 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
                  f"{averaged_diff} | {held_out:.4g} +- {held_out_se:.2g} | "
                  f"{at_this_P} | {run_report.value_or_dash(quoted.get('theory'))} | "
                  f"{run_report.value_or_dash(quoted.get('trained'))} |")
-    checks.append(checks_lib.Check(
-        "Table 3 linear theory",
-        bool(abs(trained / bound["floor"] - 1) <= checks_lib.LINEAR_THEORY_TOLERANCE),
-        f"Table 3 k={fit['k']} ({fit['a']:g}, {fit['b']:g}): trained {trained:.4g} ({measure}) "
-        f"is {_percent(trained, bound['floor'])} from theory {bound['floor']:.4g} (needs "
-        f"within {checks_lib.LINEAR_THEORY_TOLERANCE:.0%})."
-                   + (f" The floor at this P is {context_floor:.4g} "
-                      f"({_percent(trained, context_floor)})." if context_floor else "")))
+    checks.append(checks_lib.linear_theory(fit, runs))
   lines += ["", "Trained: the loss of the deepest clean model averaged exactly over the task "
             "vector beta on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = "
             "(U w - t)^T Omega (U w - t) with w = d y_hat / d y (the model is linear in the "
@@ -454,7 +428,7 @@ def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
       f" {no_error} of {len(gaps)} fits have no error estimate (two positive gaps only, or "
       "no error on L0)." if no_error else ""])
   misses = [gap["alpha"] for gap in gaps if np.isfinite(gap["alpha_se"])
-            and abs(gap["alpha"] - np.clip(gap["alpha"], low, high)) > 2 * gap["alpha_se"]]
+            and abs(checks_lib.gap_exponent_distance(gap)) > checks_lib.EXPONENT_STANDARD_ERRORS]
   if undetermined == len(gaps):
     return f"No gap exponent comes with an error here (central values {span}).{undetermined_text}"
   if not misses:
@@ -499,12 +473,9 @@ def easy_section(results: dict | None,
     for L, R in zip(fit["depths"], fit["losses"]):
       mass_text = f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"
       lines.append(f"| {fit['model']} | {int(L)} | {R:.4g} | {second:.4g} | {mass_text} |")
-    if fit["model"] == "softmax" and fit["depths"] and fit["depths"][0] == 1:
-      R1 = fit["losses"][0]
-      checks.append(checks_lib.Check(
-          "easy task", bool(R1 < checks_lib.EASY_TASK_FRACTION * second),
-          f"Easy task: one softmax layer reaches R_1 = {R1:.3g} ({R1 / second:.2g} of "
-          f"E[y*^2] = {second:.3g}; needs < {checks_lib.EASY_TASK_FRACTION:g})."))
+    easy = checks_lib.easy_task(fit, runs)
+    if easy is not None:
+      checks.append(easy)
   return lines, checks
 
 

@@ -1,7 +1,7 @@
 """Figures and report.md regenerated from results.json alone.
 
-The pass/miss lines come from `run_report.checks`, built on inverse_depth.checks, where every
-tolerance is named; each line states its tolerance.
+The pass/miss lines come from `checks.run_checks` (inverse_depth/checks.py decides every
+pass or miss, with named tolerances); each line states its tolerance.
 """
 
 import json
@@ -13,12 +13,6 @@ from inverse_depth import analysis, paper, records
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import atomic_path, write_text_atomic
 from inverse_depth.report import plt
-
-
-def grid_label(fit: dict) -> str:
-  task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
-  rate = f", lr {fit['learning_rate']:g}" if fit.get("learning_rate") is not None else ""
-  return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g}){rate}"
 
 
 def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -41,7 +35,7 @@ def plot_depth_scaling(results: dict, path: str) -> None:
         ax.plot(r["depth"], r["eval_loss"], "x" if r.get("flagged") else ".", color=color,
                 alpha=0.35)
     depths, losses = by_depth(runs, "eval_loss")
-    ax.plot(depths, losses, "o", color=color, label=grid_label(fit))
+    ax.plot(depths, losses, "o", color=color, label=records.grid_label(fit))
     if fit["resolved"]:
       dense = np.geomspace(depths.min(), depths.max(), 100)
       ax.plot(dense, _fit_curve(fit, dense), "-", color=color, alpha=0.8,
@@ -98,121 +92,10 @@ def plot_decomposition(results: dict, path: str) -> None:
     ax.set(xscale="log" if values.size else "linear",
            yscale="log" if all_positive else ("symlog" if values.size else "linear"),
            xlabel="depth L",
-           title=grid_label(fit))
+           title=records.grid_label(fit))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
   save_figure(fig, path)
-
-
-def checks(results: dict) -> list[checks_lib.Check]:
-  """Every check (inverse_depth.checks) this run can take: the state of its models, then per
-  problem the softmax law and the linear plateau."""
-  found = []
-  runs = results["runs"]
-  live = [r for r in runs if not r["diverged"]]
-  converged = sum(r["converged"] for r in live)
-  found.append(checks_lib.Check(
-      "models converged", converged == len(runs),
-      f"{converged}/{len(runs)} models converged by the stated rule "
-      f"({len(runs) - len(live)} diverged)."
-      + (" Under a decay to zero the rule only sees the loss stop as the rate vanishes, not "
-         "convergence: `experiments.longer_training` tests that by training the same models "
-         "longer." if results.get("config", {}).get("schedule") == "cosine" else "")))
-  windows = [r for r in live if "stationarity" in r]
-  if windows:
-    stationary = sum(r["stationarity"]["stationary"] for r in windows)
-    found.append(checks_lib.Check(
-        "models stationary", stationary == len(windows),
-        f"{stationary}/{len(windows)} models stationary over the averaging window (the last "
-        f"{windows[0]['stationarity']['evals']} evaluations; reported R, A and C are their time "
-        "averages)."))
-  found.append(checks_lib.clean_run(runs))
-  stuck = [f"{r['model']} L={r['depth']} seed {r['seed']}" for r in live if r["on_plateau"]]
-  found.append(checks_lib.Check(
-      "off the uniform plateau", not stuck,
-      f"{len(stuck)} models ended on the uniform-attention plateau (loss > "
-      f"{analysis.UNIFORM_PLATEAU_FRACTION:g} x the best uniform-attention predictor)"
-      + (": " + ", ".join(stuck) if stuck else ".")))
-  found.append(checks_lib.identity_from_forward(runs))
-  by_problem = {}
-  for fit in results["fits"]:
-    by_problem.setdefault((fit["task"], fit["k"], fit["a"], fit["b"]), {})[fit["model"]] = fit
-  for fits in by_problem.values():
-    soft, lin = fits.get("softmax"), fits.get("linear")
-    for fit in (soft, fits.get("softmax" + analysis.ENSEMBLE_SUFFIX)):
-      if fit is not None:
-        found += _softmax_checks(fit, records.runs_of(results, fit))
-    if lin is not None:
-      found += _linear_checks(lin, records.runs_of(results, lin))
-    if soft is not None and lin is not None and soft["losses"] and lin["losses"]:
-      ratio = soft["losses"][-1] / lin["losses"][-1]
-      found.append(checks_lib.Check(
-          "softmax below linear", ratio < checks_lib.SOFTMAX_LINEAR_RATIO,
-          f"{grid_label(soft)}: deepest softmax loss is {ratio:.2g}x the deepest linear loss "
-          f"(needs < {checks_lib.SOFTMAX_LINEAR_RATIO:g}x)."))
-  return found
-
-
-def _monotone_check(fit: dict) -> checks_lib.Check:
-  bad = fit["non_monotone_depths"]
-  steps = ", ".join(f"{p['previous']}->{p['depth']}: {p['difference']:+.2g} +- {p['se']:.2g}"
-                    for p in fit.get("paired_differences", []))
-  return checks_lib.Check(
-      "loss monotone in depth", not bad,
-      f"{grid_label(fit)}: loss monotone in depth within 2 paired standard errors (R_L - R_L' "
-      f"on the shared evaluation set: {steps})"
-      + (f"; rises at depths {bad} (docs/regimes.md: for parallel models a rise means "
-         "under-training)" if bad else "."))
-
-
-def _softmax_checks(fit: dict, runs: list[dict]) -> list[checks_lib.Check]:
-  """Monotone in depth, one layer near the best single cosine layer, then the law's checks
-  (checks.softmax_law_checks)."""
-  found = [_monotone_check(fit)] if fit.get("paired_differences") else []  # one depth: no pairs
-  bound = fit.get("bound")
-  if bound and fit["depths"] and fit["depths"][0] == 1:
-    excess = fit["losses"][0] / bound["single"] - 1
-    found.append(checks_lib.Check(
-        "one layer near its bound", excess < checks_lib.SINGLE_LAYER_TOLERANCE,
-        f"{grid_label(fit)}: R_1 = {fit['losses'][0]:.4g} is {excess:+.1%} from the best single "
-        f"cosine-attention layer {bound['single']:.4g} +- {bound['single_se']:.2g} (needs < "
-        f"+{checks_lib.SINGLE_LAYER_TOLERANCE:.0%})."))
-  if len(fit["losses"]) >= 2:
-    found += checks_lib.softmax_law_checks(fit, runs)
-  return found
-
-
-def _linear_checks(fit: dict, runs: list[dict]) -> list[checks_lib.Check]:
-  """The plateau after one or two layers, and the deepest loss against the theory floor:
-  averaged exactly over beta where the run records have it (what the floor integrates),
-  else the held-out MSE."""
-  label = grid_label(fit)
-  found = []
-  losses = np.array(fit["losses"])
-  if len(losses) >= 3:
-    tail_change = abs(losses[1] - losses[-1]) / losses[-1]
-    found.append(checks_lib.Check(
-        "linear flat in depth", tail_change <= checks_lib.LINEAR_FLAT_TOLERANCE,
-        f"{label}: loss flattens after one or two layers (change from L={fit['depths'][1]:g} to "
-        f"L={fit['depths'][-1]:g}: {tail_change:.1%}; needs within "
-        f"{checks_lib.LINEAR_FLAT_TOLERANCE:.0%})."))
-  bound = fit.get("bound")
-  if bound and len(losses):
-    deepest, deepest_se, measure = analysis.plateau_loss(runs, fit, fit["depths"][-1])
-    if measure == "averaged over beta":
-      measure += f", +- {deepest_se:.2g}"
-    off = deepest / bound["floor"] - 1
-    at_this_P = ""
-    if "context_floor" in bound:  # bounds computed before the finite-P floor lack it
-      at_this_P = (f" At this P (the polynomial applied to the context's own covariance S) the "
-                   f"floor is {bound['context_floor']:.4g} +- {bound['context_floor_se']:.2g}: "
-                   f"{100 * (deepest / bound['context_floor'] - 1):+.1f}% from it.")
-    found.append(checks_lib.Check(
-        "Table 3 linear theory", abs(off) <= checks_lib.LINEAR_THEORY_TOLERANCE,
-        f"{label}: deepest trained loss {deepest:.4g} ({measure}) is {off:+.1%} from the theory "
-        f"floor T - h^T G^+ h = {bound['floor']:.4g} +- {bound['floor_se']:.2g} (depth "
-        f"{bound['depth']}; needs within {checks_lib.LINEAR_THEORY_TOLERANCE:.0%})." + at_this_P))
-  return found
 
 
 def _table(results: dict, fit: dict) -> list[str]:
@@ -286,7 +169,7 @@ def _cosine_layers_section(results: dict) -> list[str]:
     if not optima or analysis.is_ensemble(fit["model"]):
       continue
     trained = dict(zip(fit["depths"], fit["losses"]))
-    rows += [f"| {grid_label(fit)} | {L} | {entry['loss']:.4g} | "
+    rows += [f"| {records.grid_label(fit)} | {L} | {entry['loss']:.4g} | "
              + (f"{trained[L]:.4g} |" if L in trained else "- |")
              for L, entry in enumerate(optima, start=1)]
   if not rows:
@@ -306,7 +189,7 @@ def _ensemble_comparison(results: dict) -> list[str]:
     joint = fits.get(("softmax", *problem))
     if model != "softmax" + analysis.ENSEMBLE_SUFFIX or joint is None:
       continue
-    lines += ["", f"## Depth or ensemble? {grid_label(joint)}", "",
+    lines += ["", f"## Depth or ensemble? {records.grid_label(joint)}", "",
               "Jointly trained depth-L model against the average of L one-layer models trained "
               "alone on the same stream (means over clean seeds). Where the two agree, depth acts "
               "as an ensemble; where they differ, joint training does something an ensemble "
@@ -376,13 +259,13 @@ def _weighted_fits(results: dict) -> list[str]:
       if found is None:
         continue
       note = " (L = 1 from flagged models)" if name == "L >= 1" and fits["flagged_depth_1"] else ""
-      rows.append(f"| {grid_label(fit)} | {name}{note} | "
+      rows.append(f"| {records.grid_label(fit)} | {name}{note} | "
                   + (f"{found['L0']:.4g} +- {found['L0_se']:.2g} | {found['c']:.4g} +- "
                      f"{found['c_se']:.2g} | {found['alpha']:.3f} +- {found['alpha_se']:.3f} | "
                      f"{found['r2']:.4f} |" if found["resolved"] else
                      f"{found['verdict']} | - | - | - |"))
     errors = ", ".join(f"{L:g}: {e:.2g}" for L, e in zip(fits["depths"], fits["errors"]))
-    rows.append(f"| {grid_label(fit)} | per-depth se used as weights | {errors} | - | - | - |")
+    rows.append(f"| {records.grid_label(fit)} | per-depth se used as weights | {errors} | - | - | - |")
   if not rows:
     return []
   return ["", "## The law check's fits, weighted by each depth's standard error", "",
@@ -410,11 +293,11 @@ def _window_fits(results: dict) -> list[str]:
         exponent = (f"{alpha:g} (held)" if alpha else
                     f"{window['alpha']:.3f} +- {window['alpha_se']:.3f}")
         if not window["resolved"]:
-          rows.append(f"| {grid_label(fit)} | {depths} | {window['verdict']} | "
+          rows.append(f"| {records.grid_label(fit)} | {depths} | {window['verdict']} | "
                       f"{exponent if alpha else '-'} | - | - |")
           continue
         versus_paper = (f"{100 * (window['L0'] / target - 1):+.1f}%" if target else "-")
-        rows.append(f"| {grid_label(fit)} | {depths} | {window['L0']:.4g} +- "
+        rows.append(f"| {records.grid_label(fit)} | {depths} | {window['L0']:.4g} +- "
                     f"{window['L0_se']:.2g} | {exponent} | {window['r2']:.4f} | "
                     f"{versus_paper} |")
   if not rows:
@@ -492,7 +375,7 @@ def write_report(workdir: str) -> str:
                           f"{s['wall_time_s'] / 60:.0f} min)" for s in results["joined_from"])
               + ". Steps between depths from different runs have no paired standard error.",
               ""]
-  found = checks(results)
+  found = checks_lib.run_checks(results)
   lines += ["## Checks against the paper", "", checks_lib.header_line(found), ""]
   lines += [checks_lib.check_line(check) for check in found]
   lines += ["", checks_lib.tolerances_line()]
@@ -508,11 +391,11 @@ def write_report(workdir: str) -> str:
                 f"local slopes {', '.join(f'{x:.2f}' for x in gap['local_slopes'])}"
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
     if fit["resolved"]:
-      lines.append(f"| {grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
+      lines.append(f"| {records.grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
                    f"{fit['c']:.4g} +- {fit['c_se']:.2g} | {fit['alpha']:.3f} +- "
                    f"{fit['alpha_se']:.3f} | {fit['r2']:.4f} | {gap_text} |")
     else:
-      lines.append(f"| {grid_label(fit)} | {fit.get('verdict', 'not resolved')} | - | - | - "
+      lines.append(f"| {records.grid_label(fit)} | {fit.get('verdict', 'not resolved')} | - | - | - "
                    f"| {gap_text} |")
   lines += _weighted_fits(results)
   lines += _window_fits(results)
@@ -528,12 +411,12 @@ def write_report(workdir: str) -> str:
                     if bound.get("kind") == "softmax_bound" else "-")
     deepest = fit["losses"][-1] if fit["losses"] else float("nan")
     floor_text = f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved"
-    lines.append(f"| {grid_label(fit)} | {floor_text} | {deepest:.4g} | {theory_text} | "
+    lines.append(f"| {records.grid_label(fit)} | {floor_text} | {deepest:.4g} | {theory_text} | "
                  f"{mixture_text} | {value_or_dash(target)} |")
   lines += _cosine_layers_section(results)
   lines += _ensemble_comparison(results)
   for fit in results["fits"]:
-    lines += ["", f"## {grid_label(fit)}", ""] + _table(results, fit) + _geometry_table(
+    lines += ["", f"## {records.grid_label(fit)}", ""] + _table(results, fit) + _geometry_table(
         results, fit)
     if fit.get("flagged"):
       lines += ["", "**Flagged and excluded from the means and the fit:** "
@@ -699,7 +582,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
            "(two-sided sign test against no change: "
            f"p = {analysis.sign_test(num_lower, num_models):.2g})."]
   for grid, rows in sorted(rows_by_grid.items()):
-    label = grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
+    label = records.grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
     lines += ["", f"## {label}", "",
               "| L | seeds | steps (short -> long) | R_L short | R_L long | change per seed | "
               "mean change +- se | seeds lower | resolved |",
@@ -734,7 +617,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for i, (grid, rows) in enumerate(sorted(rows_by_grid.items())):
     depths = [c["depth"] for c in rows]
-    label = grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
+    label = records.grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
     ax.plot(depths, [c["short_loss"] for c in rows], "o--", color=f"C{i}", mfc="none",
             label=f"{label}, {max(rows[0]['short_steps'])} steps")
     ax.plot(depths, [c["long_loss"] for c in rows], "o-", color=f"C{i}",
