@@ -228,8 +228,13 @@ def test_a_workdir_that_is_a_file_gets_a_one_line_error(tmp_path):
   assert path.read_text() == "not a directory"
 
 
-# Every committed run folder (results/README.md) and the config file (with its argument) that
-# made it.
+# Table 1 at the stationary state is four runs (results/README.md): two depth groups (tiers),
+# each split into two spectrum groups by --config.spectra.
+TABLE1_SPLIT = {"a": ((0.0, 0.0), (0.0, 0.25), (0.0, 0.5), (0.0, 1.0)),
+                "b": ((0.25, 0.0), (0.5, 0.0), (1.0, 0.0))}
+
+# Every committed run folder (results/README.md) and the config file (with its argument, and
+# the --config.FIELD=VALUE overrides of its command, where it has any) that made it.
 COMMITTED_RUNS = {
     "sgd_law": ("sgd_law", None), "sgd_law_trajectory": ("sgd_law", "trajectory"),
     "sgd_law_stationary/sources/stationary": ("sgd_law", "stationary"),
@@ -246,8 +251,9 @@ COMMITTED_RUNS = {
         ("m_start", "m_start"), ("m_start_top16", "m_start_top16"),
         ("depth_law_top16", "depth_law_top16"))},
     "generalized/looped": ("looped", None),
-    **{f"sgd_tables/{name}": (f"sgd_{name}", "short")
-       for name in ("table1", "table4", "table4_top16")},
+    **{f"sgd_tables/{name}": (f"sgd_{name}", "short") for name in ("table4", "table4_top16")},
+    **{f"sgd_tables/table1/sources/{tier}_{half}": ("sgd_table1", tier, dict(spectra=spectra))
+       for tier in ("stationary", "stationary_deep") for half, spectra in TABLE1_SPLIT.items()},
     "sgd_sweep/b256": ("sgd_sweep", "quick"), "sgd_sweep/b1024": ("sgd_sweep", "quick1024"),
     **{f"sgd_generalized/{name}": ("sgd_generalized", argument)
        for name, _, argument in generalized_report.SGD_RUNS},
@@ -270,10 +276,13 @@ def _committed(folder):
   path = os.path.join(REPO, "results", folder, "results.json")
   if not os.path.exists(path):
     pytest.skip(f"results/{folder} is not committed yet")
-  name, argument = COMMITTED_RUNS[folder]
+  name, argument, *overrides = COMMITTED_RUNS[folder]
   module = importlib.import_module(f"experiments.configs.{name}")
+  config = module.get_config() if argument is None else module.get_config(argument)
+  for override in overrides:
+    config.update(override)
   with open(path) as f:
-    return json.load(f), module.get_config() if argument is None else module.get_config(argument)
+    return json.load(f), config
 
 
 @pytest.mark.parametrize("folder", sorted(set(COMMITTED_RUNS) - set(LEGACY_RUNS)))

@@ -288,20 +288,30 @@ def _fit_cells(fit: dict) -> str:
 
 
 def _run_line(name: str, results: dict) -> str:
+  """One run in words: depths, seeds, steps (per depth where a join gave depths their own
+  budgets), |W_x| fixed or free, the averaging window, clean models, wall time."""
   config = results["config"]
-  models = len(results["runs"])
-  clean = sum(analysis.is_clean(r) for r in results["runs"])
-  return (f"`{name}`: depths {', '.join(str(L) for L in config['depths'])}, "
-          f"{config['num_seeds']} seed(s), {config['max_steps']} steps, R, A and C averaged "
-          f"over the last {config['stationary_evals']} evaluations; {clean} of {models} models "
-          f"clean ({results['wall_time_s'] / 60:.0f} min).")
+  runs = results["runs"]
+  clean = sum(analysis.is_clean(r) for r in runs)
+  steps_by_depth = {r["depth"]: r["steps"] for r in runs}
+  if len(set(steps_by_depth.values())) > 1:
+    steps = "steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items()))
+  else:
+    steps = f"{config['max_steps']} steps"
+  norm = ", |W_x| held at its initial norm" if config.get("fixed_input_norm") else ""
+  joined = (f" in {len(results['joined_from'])} runs joined" if results.get("joined_from")
+            else "")
+  return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps_by_depth))}, "
+          f"{config['num_seeds']} seed(s), {steps}{norm}, R, A and C averaged over the last "
+          f"{config['stationary_evals']} evaluations; {clean} of {len(runs)} models clean "
+          f"({results['wall_time_s'] / 60:.0f} min{joined}).")
 
 
 def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_lib.Check]]:
   """Tables 1, 4 and 5 in the SGD law's regime, from the results of SGD_TABLE_RUNS by run
   name: Table 1 floors as fitted L0 (the deepest loss shown, not counted), Table 4 exponents,
   Table 5 gap exponents, each beside the paper's; with their checks."""
-  lines = ["## Tables 1, 4 and 5 under constant-step SGD (regimes.SGD_LAW)", ""]
+  lines = ["## Tables 1, 4 and 5 under constant-step SGD (regimes.SGD_LAW, SGD_STATIONARY)", ""]
   if not tables:
     return lines + [f"Not run (no results under {SGD_TABLES_ROOT})."], []
   lines += [f"Committed runs under `{SGD_TABLES_ROOT}/` (one workdir each, with its report.md):",
