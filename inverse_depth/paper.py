@@ -31,10 +31,17 @@ TABLE3_FLOOR = {(2, 0.0, 0.0): dict(theory=59.37, trained=59.85),
                 (2, 1.0, 0.25): dict(theory=1.225, trained=None),
                 (16, 1.0, 0.0): dict(theory=0.448, trained=0.445)}
 
-# Table 4: softmax fitted depth exponent alpha, by (k, a, b) (all with R^2 >= 0.998).
+# Table 4: softmax fitted depth exponent alpha, by (k, a, b), every fit with R^2 >= TABLE4_MIN_R2.
 TABLE4_ALPHA = {(2, 0.25, 0.25): 0.97, (2, 0.25, 0.5): 0.93, (2, 0.5, 0.5): 0.97,
                 (16, 0.0, 0.25): 0.79, (16, 0.0, 0.5): 0.88, (16, 0.25, 0.25): 0.81,
                 (16, 0.25, 0.5): 0.81}
+TABLE4_MIN_R2 = 0.998
 
 # Table 5: gap fit L0 - C_L = c L^-alpha, softmax, the seven Table 1 spectra: alpha range.
 TABLE5_ALPHA_RANGE = (0.977, 0.994)
+
+
+def span(values) -> str:
+  """'low ... high' of a set of the paper's numbers, as FINDINGS quotes them."""
+  values = list(values)
+  return f"{min(values):g} ... {max(values):g}"

@@ -101,13 +101,13 @@ def law_rows(root: str) -> list[dict]:
                                                  checks.softmax_floor(fit, _runs(results, fit)))
              if check] + _extrapolated_checks(root, folder)
     rows.append(_row("R_L = L0 + c L^-alpha, alpha ~ 1 (top-2, isotropic, L to 64)",
-                     "alpha ~ 1, L0 2.007", "; ".join(_law_cell(fit, results) for fit in fits),
+                     f"alpha ~ 1, L0 {paper.TABLE1_L0['softmax'][(0.0, 0.0)]:g}", "; ".join(_law_cell(fit, results) for fit in fits),
                      results, found, [folder]))
   folder = f"{SGD_TABLES}/table1"
   results = _load(folder, root)
   fits = records.fits_of(results, "softmax")
   rows.append(_row("R_L = L0 + c L^-alpha on the seven Table 1 spectra (L to 32)",
-                   "alpha ~ 1, R^2 >= 0.998", ", ".join(
+                   f"alpha ~ 1, R^2 >= {paper.TABLE4_MIN_R2:g}", ", ".join(
                        f"({fit['a']:g}, {fit['b']:g}) "
                        + (f"{fit['alpha']:.2f} (R^2 {fit['r2']:.3f})" if fit["resolved"]
                           else "none") for fit in fits),
@@ -142,12 +142,12 @@ def table_rows(root: str) -> list[dict]:
     found = [check for fit in fits for check in [checks.softmax_floor(fit, _runs(results, fit))]
              if check]
     rows.append(_row("Table 1: softmax floors, fitted L0 (7 spectra)",
-                     "2.007 ... 0.341", "L0 vs paper: " + _percents(fits, _floor_text),
+                     paper.span(paper.TABLE1_L0["softmax"].values()), "L0 vs paper: " + _percents(fits, _floor_text),
                      results, found, [folder]))
   table1 = _load(f"{ADAM_TABLES}/table1", root)
   table1_checks = combined_report.table1_section(table1)[1] if table1 else []
   for claim, words, paper_text in (
-      ("Table 1 linear floor", "Table 1: linear plateaus (7 spectra)", "59.85 ... 2.12"),
+      ("Table 1 linear floor", "Table 1: linear plateaus (7 spectra)", paper.span(paper.TABLE1_L0["linear"].values())),
       ("linear flat in depth", "Table 1: linear loss flat after two layers", "flat"),
       ("softmax below linear", "Table 1: softmax below linear on every spectrum", "below")):
     found = [check for check in table1_checks if check.claim == claim]
@@ -158,7 +158,7 @@ def table_rows(root: str) -> list[dict]:
   table2 = _load(f"{ADAM_TABLES}/table2", root)
   found = combined_report.table2_section(table2)[1] if table2 else []
   rows.append(_row("Table 2: linear exponents between zeta and 2 zeta (easy task)",
-                   "1.12 ... 3.31", ", ".join(
+                   paper.span(paper.TABLE2_ALPHA.values()), ", ".join(
                        f"({fit['a']:g}, {fit['b']:g}) {fit['alpha']:.2f}"
                        for fit in records.fits_of(table2, "linear")),
                    table2, found, [f"{ADAM_TABLES}/table2"], model="linear"))
@@ -172,8 +172,8 @@ def table_rows(root: str) -> list[dict]:
                    f"{checks.LINEAR_THEORY_TOLERANCE:.0%}", table1 if grids else None, found,
                    [f"{ADAM_TABLES}/table1", f"{ADAM_TABLES}/table3",
                     f"{ADAM_TABLES}/table3_top2"], model="linear"))
-  for name, spectra, paper_text in (("table4", "3 top-2 spectra", "0.93 ... 0.97"),
-                                    ("table4_top16", "4 top-16 spectra", "0.79 ... 0.88")):
+  for name, spectra, paper_text in (("table4", "3 top-2 spectra", paper.span(alpha for (k, _, _), alpha in paper.TABLE4_ALPHA.items() if k == 2)),
+                                    ("table4_top16", "4 top-16 spectra", paper.span(alpha for (k, _, _), alpha in paper.TABLE4_ALPHA.items() if k == 16))):
     for tables_root in (SGD_TABLES, ADAM_TABLES):
       results = _load(f"{tables_root}/{name}", root)
       fits = [fit for fit in records.fits_of(results, "softmax")
