@@ -565,16 +565,23 @@ def one_layer_near_bound(fit: dict) -> Check | None:
                f"{bound['single_se']:.2g} (needs < +{SINGLE_LAYER_TOLERANCE:.0%}).")
 
 
+def linear_depth_change(fit: dict, runs: list[dict]) -> tuple[float, str]:
+  """The relative change of a linear grid's plateau loss (analysis.plateau_loss) from L = 2 to
+  its deepest clean depth, and the measure's name; nan without L = 2."""
+  if 2 not in fit["depths"]:
+    return float("nan"), "no clean model at L=2"
+  at_2, _, measure = analysis.plateau_loss(runs, fit, 2)
+  at_deepest, _, _ = analysis.plateau_loss(runs, fit, int(fit["depths"][-1]))
+  return at_deepest / at_2 - 1, measure
+
+
 def linear_flat(fit: dict, runs: list[dict]) -> Check | None:
-  """Linear attention plateaus after two layers: the plateau loss (analysis.plateau_loss) at
-  the deepest depth within LINEAR_FLAT_TOLERANCE of L = 2's; None without L = 2 and a deeper
-  clean depth."""
+  """Linear attention plateaus after two layers: `linear_depth_change` within
+  LINEAR_FLAT_TOLERANCE; None without L = 2 and a deeper clean depth."""
   if 2 not in fit["depths"] or fit["depths"][-1] <= 2:
     return None
   deepest = int(fit["depths"][-1])
-  at_2, _, measure = analysis.plateau_loss(runs, fit, 2)
-  at_deepest, _, _ = analysis.plateau_loss(runs, fit, deepest)
-  change = at_deepest / at_2 - 1
+  change, measure = linear_depth_change(fit, runs)
   return Check("linear flat in depth", bool(abs(change) <= LINEAR_FLAT_TOLERANCE),
                f"{records.grid_label(fit)}: loss at L={deepest} is {change:+.2%} from L=2 "
                f"({measure}; needs within {LINEAR_FLAT_TOLERANCE:.0%}).")

@@ -63,11 +63,11 @@ def floor_of(fit: dict) -> tuple[float, str]:
   return loss, f"R at L={depth}" if depth else "no clean model"
 
 
-def linear_floor_of(results: dict, fit: dict, depth: int | None = None) -> tuple[float, str]:
-  """A linear grid's plateau at `depth` (default: its deepest clean depth): the loss averaged
-  exactly over beta where recorded (`analysis.beta_averaged_loss`), else the held-out MSE;
-  with the words saying which."""
-  depth = depth or deepest(fit)[0]
+def linear_floor_of(results: dict, fit: dict) -> tuple[float, str]:
+  """A linear grid's plateau at its deepest clean depth: the loss averaged exactly over beta
+  where recorded (`analysis.beta_averaged_loss`), else the held-out MSE; with the words saying
+  which."""
+  depth = deepest(fit)[0]
   if depth is None:
     return float("nan"), "no clean model"
   loss, _, measure = analysis.plateau_loss(records.runs_of(results, fit), fit, depth)
@@ -105,8 +105,7 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
                   f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}" if bound else "-"]
         checks.append(checks_lib.softmax_floor(fit, runs))
       else:
-        flat = (value / linear_floor_of(results, fit, depth=2)[0] - 1 if 2 in fit["depths"]
-                else float("nan"))
+        flat, _ = checks_lib.linear_depth_change(fit, runs)
         cells += [f"{bound['floor']:.4g} +- {bound['floor_se']:.2g}" if bound else "-",
                   f"{100 * flat:+.2f}%"]
         checks += [checks_lib.linear_flat(fit, runs), checks_lib.table1_linear_floor(fit, runs)]

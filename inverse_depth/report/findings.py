@@ -101,7 +101,8 @@ def law_rows(root: str) -> list[dict]:
                                                  checks.softmax_floor(fit, _runs(results, fit)))
              if check] + _extrapolated_checks(root, folder)
     rows.append(_row("R_L = L0 + c L^-alpha, alpha ~ 1 (top-2, isotropic, L to 64)",
-                     f"alpha ~ 1, L0 {paper.TABLE1_L0['softmax'][(0.0, 0.0)]:g}", "; ".join(_law_cell(fit, results) for fit in fits),
+                     f"alpha ~ 1, L0 {paper.TABLE1_L0['softmax'][(0.0, 0.0)]:g}",
+                     "; ".join(_law_cell(fit, results) for fit in fits),
                      results, found, [folder]))
   folder = f"{SGD_TABLES}/table1"
   results = _load(folder, root)
@@ -142,12 +143,14 @@ def table_rows(root: str) -> list[dict]:
     found = [check for fit in fits for check in [checks.softmax_floor(fit, _runs(results, fit))]
              if check]
     rows.append(_row("Table 1: softmax floors, fitted L0 (7 spectra)",
-                     paper.span(paper.TABLE1_L0["softmax"].values()), "L0 vs paper: " + _percents(fits, _floor_text),
+                     paper.span(paper.TABLE1_L0["softmax"].values()),
+                     "L0 vs paper: " + _percents(fits, _floor_text),
                      results, found, [folder]))
   table1 = _load(f"{ADAM_TABLES}/table1", root)
   table1_checks = combined_report.table1_section(table1)[1] if table1 else []
   for claim, words, paper_text in (
-      ("Table 1 linear floor", "Table 1: linear plateaus (7 spectra)", paper.span(paper.TABLE1_L0["linear"].values())),
+      ("Table 1 linear floor", "Table 1: linear plateaus (7 spectra)",
+       paper.span(paper.TABLE1_L0["linear"].values())),
       ("linear flat in depth", "Table 1: linear loss flat after two layers", "flat"),
       ("softmax below linear", "Table 1: softmax below linear on every spectrum", "below")):
     found = [check for check in table1_checks if check.claim == claim]
@@ -172,8 +175,9 @@ def table_rows(root: str) -> list[dict]:
                    f"{checks.LINEAR_THEORY_TOLERANCE:.0%}", table1 if grids else None, found,
                    [f"{ADAM_TABLES}/table1", f"{ADAM_TABLES}/table3",
                     f"{ADAM_TABLES}/table3_top2"], model="linear"))
-  for name, spectra, paper_text in (("table4", "3 top-2 spectra", paper.span(alpha for (k, _, _), alpha in paper.TABLE4_ALPHA.items() if k == 2)),
-                                    ("table4_top16", "4 top-16 spectra", paper.span(alpha for (k, _, _), alpha in paper.TABLE4_ALPHA.items() if k == 16))):
+  for name, k, spectra in (("table4", 2, "3 top-2 spectra"),
+                           ("table4_top16", 16, "4 top-16 spectra")):
+    paper_text = paper.span(alpha for (k_, _, _), alpha in paper.TABLE4_ALPHA.items() if k_ == k)
     for tables_root in (SGD_TABLES, ADAM_TABLES):
       results = _load(f"{tables_root}/{name}", root)
       fits = [fit for fit in records.fits_of(results, "softmax")
