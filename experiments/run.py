@@ -19,11 +19,13 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments.configs import regimes
 from inverse_depth import checkpoint, config as config_lib, experiment, hosts
 from inverse_depth.report import run_report
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/quick.py",
-                                          "Experiment config file (optionally FILE:SCALE).")
+                                          "Experiment config file, optionally FILE:ARGUMENT with ARGUMENT key=value pairs "
+                                          "(experiments/configs/arguments.py).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.", required=True)
 _START_OVER = flags.DEFINE_bool(
     "start_over", False, "Move an existing --workdir aside (to DIR.replaced-<time>) and start "
@@ -63,6 +65,7 @@ def main(argv):
           file=sys.stderr)
     sys.exit(2)
   try:
+    regimes.check(_CONFIG.value)
     experiment.run(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
     if not hosts.is_writer():
       return

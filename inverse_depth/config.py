@@ -136,6 +136,8 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "stationary_evals": (lambda v: _is_int(v) and (v == 1 or v >= 4),
                          "1 (the final iterate) or an integer >= 4 (a time average)"),
     "stationarity_z": _POSITIVE,
+    "regime": (lambda v: isinstance(v, str) and v.isidentifier(),
+               "the name of the regime the config applied (experiments/configs/regimes.py)"),
     "model_overrides": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
                         and set(v.keys()) <= set(MODELS),
                         f"a mapping from model kinds ({', '.join(MODELS)}) to field values"),
@@ -151,6 +153,11 @@ FIELDS: dict[str, tuple[Callable, str]] = {
 # evaluation compiled for another chunk shape may round differently, and the convergence
 # rule can amplify a last-bit difference in the validation losses it compares.)
 RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep", "microbatch_size")
+
+# Names, not settings: `regime` records which regime of experiments/configs/regimes.py the
+# config applied (the fields it set are hashed themselves). Left out of the config hash and
+# of the workdir comparison, at the top level and in model_overrides.
+LABEL_FIELDS = ("regime",)
 
 # Fields added after results were saved, each with the value that reproduces the behaviour
 # from before it existed: a config holding that value hashes (and resumes a workdir) as one
@@ -264,9 +271,20 @@ def from_saved(saved: dict) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({**FIELDS_ADDED_LATER, **saved})
 
 
+def without_labels(config_dict: dict) -> dict:
+  """`config_dict` without LABEL_FIELDS, at the top level and in model_overrides."""
+  unlabelled = {k: v for k, v in config_dict.items() if k not in LABEL_FIELDS}
+  if "model_overrides" in config_dict:
+    unlabelled["model_overrides"] = {
+        model: {k: v for k, v in overrides.items() if k not in LABEL_FIELDS}
+        for model, overrides in config_dict["model_overrides"].items()}
+  return unlabelled
+
+
 def config_hash(config_dict: dict) -> str:
-  """SHA-256 (first 16 hex digits) of the fields that determine the results."""
-  fields = {k: _canonical(v) for k, v in config_dict.items()
+  """SHA-256 (first 16 hex digits) of the fields that determine the results (all but
+  RUNTIME_FIELDS and LABEL_FIELDS)."""
+  fields = {k: _canonical(v) for k, v in without_labels(config_dict).items()
             if k not in RUNTIME_FIELDS and not (
                 k in FIELDS_ADDED_LATER and _canonical(v) == _canonical(FIELDS_ADDED_LATER[k]))}
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]

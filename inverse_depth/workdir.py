@@ -62,7 +62,7 @@ def _refuse_foreign_directory(workdir: str, advice: str) -> None:
 def check_workdir(config_dict: dict, workdir: str) -> None:
   """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
   or a non-empty directory that is not an experiment workdir. Fields in
-  config.RUNTIME_FIELDS may differ; a field of config.FIELDS_ADDED_LATER missing from the
+  config.RUNTIME_FIELDS and config.LABEL_FIELDS may differ; a field of config.FIELDS_ADDED_LATER missing from the
   saved config counts as its earlier value."""
   _refuse_foreign_directory(workdir, "Choose a new --workdir.")
   path = os.path.join(workdir, CONFIG_FILE)
@@ -70,8 +70,8 @@ def check_workdir(config_dict: dict, workdir: str) -> None:
     return
   with open(path) as f:
     saved = json.load(f)
-  current = json.loads(json.dumps(config_dict))  # tuples -> lists, as saved
-  saved = {**config_lib.FIELDS_ADDED_LATER, **saved}
+  current = config_lib.without_labels(json.loads(json.dumps(config_dict)))  # tuples -> lists
+  saved = config_lib.without_labels({**config_lib.FIELDS_ADDED_LATER, **saved})
   differing = sorted(k for k in set(saved) | set(current)
                      if saved.get(k) != current.get(k) and k not in config_lib.RUNTIME_FIELDS)
   if differing:

@@ -11,8 +11,8 @@ import sys
 import ml_collections
 import pytest
 
-from experiments.configs import default, quick, smoke
-from inverse_depth import config as config_lib
+from experiments.configs import default, quick, regimes, sgd_generalized, sgd_law, smoke, table1
+from inverse_depth import config as config_lib, records
 from inverse_depth.report import generalized_report
 from tests import REPO
 
@@ -150,6 +150,42 @@ def test_scale_names(tmp_path):
     default.get_config("huge")
 
 
+def test_config_arguments_take_key_value_pairs_or_bare_values_in_order():
+  """One convention for every config file (experiments/configs/arguments.py)."""
+  assert (sgd_generalized.get_config("variant=looped,tier=short16").to_dict()
+          == sgd_generalized.get_config("looped,short16").to_dict()
+          == sgd_generalized.get_config("tier=short16,looped").to_dict())
+  assert sgd_law.get_config("tier=stationary").to_dict() == sgd_law.get_config(
+      "stationary").to_dict()
+  for argument, message in (("tier=cpu,tier=paper", "tier is set twice"),
+                            ("size=big", "unknown key 'size'; allowed tier"),
+                            ("cpu,paper", "too many values; this file takes tier=VALUE"),
+                            ("tier=long", "tier 'long' does not exist: allowed cpu, paper")):
+    with pytest.raises(config_lib.ConfigError, match=message):
+      table1.get_config(argument)
+  with pytest.raises(config_lib.ConfigError, match="this file takes no argument"):
+    quick.get_config("fast")
+
+
+def test_a_regime_is_applied_by_name_and_recorded_but_not_hashed():
+  config = default.get_config()
+  regimes.apply(config, "annealed_adam")
+  assert config.regime == "annealed_adam" and config.optimizer == "adam"
+  regimes.apply(config, "linear_gradient_descent", model="linear")
+  assert config.model_overrides.linear.regime == "linear_gradient_descent"
+  assert config.model_overrides.linear.qk_init_scale == config.sizes.linear.d ** 0.5
+  config_lib.validate(config)
+  relabelled = config.to_dict()
+  relabelled["regime"] = "sgd_law"
+  assert config_lib.config_hash(relabelled) == config_lib.config_hash(config.to_dict())
+  with pytest.raises(config_lib.ConfigError, match="regime='adam' does not exist"):
+    regimes.apply(config, "adam")
+  config.model_overrides.softmax.regime = "fast"
+  with pytest.raises(config_lib.ConfigError, match="model_overrides.softmax.regime='fast' is "
+                     "invalid: allowed sgd_law, sgd_stationary"):
+    regimes.check(config)
+
+
 def test_config_hash_ignores_runtime_fields_only():
   base = smoke.get_config().to_dict()
   assert config_lib.config_hash(base) == config_lib.config_hash(dict(base, checkpoint_every=1))
@@ -198,6 +234,8 @@ BAD_COMMAND_LINES = [
     ("badly-typed", "smoke.py", ["--config.sizes.softmax.d=eight"],
      ["config.sizes.softmax.d", "eight"]),
     ("unknown-scale", "default.py:huge", [], ["scale 'huge' does not exist", "smoke"]),
+    ("unknown-regime", "smoke.py", ["--config.regime=fast"],
+     ["config.regime='fast' is invalid", "sgd_law"]),
 ]
 
 
@@ -292,6 +330,14 @@ def test_each_committed_run_is_what_its_config_file_makes_today(folder):
   command resumes or regenerates that run instead of refusing its workdir."""
   committed, config = _committed(folder)
   assert config_lib.config_hash(config.to_dict()) == committed["config_hash"], folder
+  _assert_same_regime(committed["config"], config)
+
+
+def _assert_same_regime(saved: dict, config) -> None:
+  """The run's config.json names the regimes (the run's and each kind's) its file applies."""
+  for model in config_lib.model_names(config):
+    assert (records.kind_config(saved, model)["regime"]
+            == config_lib.resolve(config, model).regime), model
 
 
 def _merged(base: dict, over: dict) -> dict:
@@ -317,6 +363,7 @@ def test_each_legacy_run_trains_the_grids_its_config_file_makes_today(folder):
                                                    **committed["config"]}))
   unhashed = lambda specs: [dataclasses.replace(spec, config_hash="") for spec in specs]
   assert unhashed(config_lib.grid_specs(saved)) == unhashed(config_lib.grid_specs(config))
+  _assert_same_regime(committed["config"], config)
 
 
 def test_every_committed_run_folder_is_listed():

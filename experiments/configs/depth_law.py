@@ -18,22 +18,18 @@ the seed's training stream, averaged after training; about twice the main grid's
 was measured at 3e-3 (docs/notes/annealed_adam.md).
 """
 
-from experiments.configs import default, regimes
+from experiments.configs import arguments, default, regimes
 
 
-def get_config():
+def get_config(argument: str | None = None):
+  arguments.parse(argument)
   config = default.get_config()
-  config.update(regimes.ADAM_COSINE_IDENTITY)  # the regime its committed runs were made in
+  regimes.apply(config, "annealed_adam")
   config.model = "softmax"
   config.sizes.softmax.update(d=16, P=128, N=32)
   config.depths = (1, 2, 4, 8, 16, 32, 64)
   config.num_seeds = 3
-  config.qk_init = "random"
-  config.qk_init_scale = 0.3
-  config.learning_rate = 1e-3
-  config.warmup_steps = 200
   config.max_steps = 24000
-  config.eval_every = 250
   config.checkpoint_every = 500
   config.val_size = 2048
   config.eval_size = 100_000

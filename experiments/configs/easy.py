@@ -13,10 +13,11 @@ the difficult task.
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
-  config = tables.base(tier, "softmax,linear", "top1", 1, ((0.0, 0.0),))
+def get_config(argument: str | None = None):
+  tier = tables.parse_tier(argument)
+  config = tables.base(tier, "softmax,linear", "top1", 1, ((0.0, 0.0),),
+                       softmax_regime="adam_cosine_identity")
   config.depths = (1, 2, 4)
-  config.update(tables.SHORT_BUDGET_REGIME)
   config.max_steps = 1000 if tier == "cpu" else 4000
   config.bound_samples = 0  # the bounds are for the difficult task
   config.model_overrides.linear.update(depths=(1, 2, 4), max_steps=300, bound_samples=0)

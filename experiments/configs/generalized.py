@@ -35,8 +35,7 @@ the training failure of the deep models in `m_start_top16`.
 inputs about 4 to 1 and no depth-1 model leaves ~5.0: BUILD_NOTES.md "Generalised models and looped layers").
 """
 
-from experiments.configs import default, regimes
-from inverse_depth.config import ConfigError
+from experiments.configs import arguments, default, regimes
 
 # variant -> (model kinds, k, C.3's starting m, C.3's training steps)
 VARIANTS = {
@@ -49,18 +48,17 @@ VARIANTS = {
 }
 
 
-def get_config(variant: str = "cpu"):
-  if variant not in VARIANTS:
-    raise ConfigError(f"config variant {variant!r} does not exist: allowed "
-                      f"{', '.join(VARIANTS)}")
+def get_config(argument: str | None = None):
+  variant = arguments.parse(argument, variant=("cpu", tuple(VARIANTS))).variant
   config = default.get_config()
-  config.update(regimes.ADAM_COSINE_IDENTITY)  # the regime its committed runs were made in
+  # depth_law_top16 in depth_law.py's regime; the others in the one their runs were made in
+  regimes.apply(config, "annealed_adam" if variant == "depth_law_top16"
+                else "adam_cosine_identity")
   config.model, config.k, config.context_update_m_init, context_update_steps = VARIANTS[variant]
   if variant == "single_stream":
     config.W_y_init_scale = 1 / config.sizes.softmax.d ** 0.5
   config.depths = (1, 2, 4, 8, 16, 32)
   config.num_seeds = 3
-  config.learning_rate = 3e-3
   config.max_steps = 2000
   config.eval_every = 250
   config.checkpoint_every = 500
@@ -70,8 +68,7 @@ def get_config(variant: str = "cpu"):
   config.model_overrides.context_updates = dict(
       batch_size=64, max_steps=context_update_steps, checkpoint_every=250,
       eval_chunk_size=512, diagnostic_size=512)
-  if variant == "depth_law_top16":  # depth_law.py's regime at 6000 steps; depth 32: +65% cost
-    config.qk_init, config.qk_init_scale, config.learning_rate = "random", 0.3, 1e-3
+  if variant == "depth_law_top16":  # at 6000 steps; depth 32: +65% cost
     config.max_steps = 6000
     config.depths = (1, 2, 4, 8, 16)
   return config

@@ -10,12 +10,13 @@ map and a larger identity scale: what the linear model needs at this size (BUILD
 "Linear floor"). About 30 minutes on 2 CPU cores. Committed results: results/linear_floor/.
 """
 
-from experiments.configs import default, regimes
+from experiments.configs import arguments, default, regimes
 
 
-def get_config():
+def get_config(argument: str | None = None):
+  arguments.parse(argument)
   config = default.get_config()
-  config.update(regimes.ADAM_COSINE_IDENTITY)  # the regime its committed runs were made in
+  regimes.apply(config, "adam_cosine_identity")  # the regime its committed runs were made in
   config.model = "linear"
   config.sizes.linear.update(d=128, P=1024, N=128)
   config.depths = (1, 2, 4)

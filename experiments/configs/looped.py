@@ -12,10 +12,11 @@ seeds and training of generalized.py (top-2, isotropic). Runtime on 2 shared CPU
 12.5 min.
 """
 
-from experiments.configs import generalized
+from experiments.configs import arguments, generalized
 
 
-def get_config():
+def get_config(argument: str | None = None):
+  arguments.parse(argument)
   config = generalized.get_config()
   config.model = "softmax,looped"
   config.loop_group = 0

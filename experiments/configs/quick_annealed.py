@@ -10,10 +10,11 @@ and how far depth moves the loss. Linear attention at its paper size (d = 128,
 P = 1024) costs minutes per hundred steps on a CPU: see linear_floor.py.
 """
 
-from experiments.configs import depth_law
+from experiments.configs import arguments, depth_law
 
 
-def get_config():
+def get_config(argument: str | None = None):
+  arguments.parse(argument)
   config = depth_law.get_config()
   config.depths = (1, 4, 16, 64)
   config.num_seeds = 2

@@ -12,7 +12,8 @@ records from the Table 1 run's (0, 0) softmax grid.
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
+def get_config(argument: str | None = None):
+  tier = tables.parse_tier(argument)
   config = tables.base(tier, "softmax", "topk", 2, ((0.0, 0.0),))
   config.diagnostic_size = config.eval_size
   return config

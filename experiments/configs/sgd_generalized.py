@@ -4,7 +4,7 @@ the controlled softmax model of the same run.
     python -m experiments.run --config=experiments/configs/sgd_generalized.py:top2,short \
         --workdir=runs/sgd_generalized_top2_short
 
-The argument is "VARIANT,TIER". Variants (VARIANTS): `top2` trains the controlled model,
+The argument is `variant=VARIANT,tier=TIER` (or `VARIANT,TIER`). Variants (VARIANTS): `top2` trains the controlled model,
 single stream (C.1) and per-layer values (C.2) on the top-2 task; `looped` the controlled
 model and looped layers with every layer's W_q, W_k tied (loop_group 0); `looped4` looped
 layers tied in groups of 4 consecutive layers (its untied and fully tied neighbours are
@@ -29,8 +29,7 @@ short tier alone; at depths 1..16 0.71 s (1.40 s before), so the short16 tier is
 per C.3 run alone.
 """
 
-from experiments.configs import tables
-from inverse_depth.config import ConfigError
+from experiments.configs import arguments, tables
 
 # variant -> (model kinds, k, loop_group)
 VARIANTS = {
@@ -49,15 +48,9 @@ SHORT16 = dict(depths=(1, 2, 4, 8, 16), max_steps=3000, eval_every=125)
 TIERS = tables.SGD_TIERS + ("short16",)
 
 
-def get_config(argument: str = "top2,short"):
-  variant, _, tier = argument.partition(",")
-  tier = tier or "short"
-  if variant not in VARIANTS:
-    raise ConfigError(f"sgd_generalized variant {variant!r} does not exist: allowed "
-                      f"{', '.join(VARIANTS)} (argument VARIANT,TIER)")
-  if tier not in TIERS:
-    raise ConfigError(f"sgd_generalized tier {tier!r} does not exist: allowed "
-                      f"{', '.join(TIERS)} (argument VARIANT,TIER)")
+def get_config(argument: str | None = None):
+  parsed = arguments.parse(argument, variant=("top2", tuple(VARIANTS)), tier=("short", TIERS))
+  variant, tier = parsed.variant, parsed.tier
   model, k, loop_group = VARIANTS[variant]
   config = tables.sgd_law_base("short" if tier == "short16" else tier, k, ((0.0, 0.0),))
   if tier == "short16":

@@ -27,17 +27,15 @@ results/sgd_law_stationary/, with the commands of results/README.md). Every eval
 checkpoint is kept, for experiments.relaxation_report and experiments.sgd_noise.
 """
 
-from experiments.configs import default, regimes
-from inverse_depth.config import ConfigError
+from experiments.configs import arguments, default, regimes
 
 TIERS = ("cpu", "paper", "trajectory", "stationary", "stationary_deep")
 
 
-def get_config(tier: str = "cpu"):
-  if tier not in TIERS:
-    raise ConfigError(f"sgd_law tier {tier!r} does not exist: allowed {', '.join(TIERS)}")
+def get_config(argument: str | None = None):
+  tier = arguments.parse(argument, tier=("cpu", TIERS)).tier
   config = default.get_config()
-  config.update(regimes.SGD_LAW)
+  regimes.apply(config, "sgd_law")
   config.model = "softmax"
   config.sizes.softmax.update(d=16, P=128, N=32)
   config.depths = (1, 2, 4, 8, 16, 32, 64)
@@ -58,7 +56,7 @@ def get_config(tier: str = "cpu"):
     config.checkpoint_every = config.eval_every
     config.checkpoints_to_keep = config.max_steps // config.eval_every
   if tier in ("stationary", "stationary_deep"):
-    config.update(regimes.SGD_STATIONARY)
+    regimes.apply(config, "sgd_stationary")
     config.depths = (1, 2, 4, 8, 16, 32) if tier == "stationary" else (64,)
     config.max_steps = 16000 if tier == "stationary" else 32000
     config.checkpoint_every = config.eval_every

@@ -22,8 +22,7 @@ The two full sweeps are not yet run; `:quick` (depths 1..8, 6000 steps, about 10
 results/sgd_sweep/b256 (BUILD_NOTES "Where the law appears").
 """
 
-from experiments.configs import sgd_law
-from inverse_depth.config import ConfigError
+from experiments.configs import arguments, sgd_law
 
 # Variants: the batch size, or "quick": batch 256 at depths 1..8 over 6000 steps (the last 12
 # evaluations averaged), a 10-minute first look at c against the rate; "quick1024": the same
@@ -32,10 +31,8 @@ from inverse_depth.config import ConfigError
 VARIANTS = ("256", "1024", "quick", "quick1024")
 
 
-def get_config(variant: str = "256"):
-  if variant not in VARIANTS:
-    raise ConfigError(f"sgd_sweep variant {variant!r} does not exist: allowed "
-                      f"{', '.join(VARIANTS)}")
+def get_config(argument: str | None = None):
+  variant = arguments.parse(argument, variant=("256", VARIANTS)).variant
   config = sgd_law.get_config()
   config.rate_factors = (1 / 3, 1.0, 10 / 3)
   config.batch_size = 1024 if variant in ("1024", "quick1024") else 256

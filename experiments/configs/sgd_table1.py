@@ -17,5 +17,5 @@ experiments.join_runs (the commands: results/README.md).
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
-  return tables.sgd_law_base(tier, 2, tables.TABLE1_SPECTRA)
+def get_config(argument: str | None = None):
+  return tables.sgd_law_base(tables.parse_sgd_tier(argument), 2, tables.TABLE1_SPECTRA)

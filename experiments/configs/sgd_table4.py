@@ -9,5 +9,5 @@ regimes.SGD_LAW at the `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds,
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
-  return tables.sgd_law_base(tier, 2, tables.TABLE4_TOP2_SPECTRA)
+def get_config(argument: str | None = None):
+  return tables.sgd_law_base(tables.parse_sgd_tier(argument), 2, tables.TABLE4_TOP2_SPECTRA)

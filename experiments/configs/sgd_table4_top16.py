@@ -5,11 +5,11 @@
         --workdir=runs/sgd_table4_top16
 
 regimes.SGD_LAW with the query/key start at the top-16 optimum's temperature (scale 0.39,
-tables.SGD_QK_SCALE), `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds, 12000 steps).
+regimes.SGD_QK_SCALE), `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds, 12000 steps).
 """
 
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
-  return tables.sgd_law_base(tier, 16, tables.TABLE4_TOP16_SPECTRA)
+def get_config(argument: str | None = None):
+  return tables.sgd_law_base(tables.parse_sgd_tier(argument), 16, tables.TABLE4_TOP16_SPECTRA)

@@ -1,12 +1,13 @@
 """A tiny grid that runs end to end in about a minute on 2 CPU cores, most of it compiling
 (tests, quick checks)."""
 
-from experiments.configs import default, regimes
+from experiments.configs import arguments, default, regimes
 
 
-def get_config():
+def get_config(argument: str | None = None):
+  arguments.parse(argument)
   config = default.get_config()
-  config.update(regimes.ADAM_COSINE_IDENTITY)  # the regime the tests' expected values assume
+  regimes.apply(config, "adam_cosine_identity")  # the regime the tests' expected values assume
   config.depths = (1, 2, 4)
   config.sizes.softmax.update(d=4, P=8, N=8)
   config.sizes.linear.update(d=4, P=8, N=8)

@@ -15,5 +15,6 @@ Table 5 (gap fit of L0 - C_L) is computed from this run's softmax records.
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
+def get_config(argument: str | None = None):
+  tier = tables.parse_tier(argument)
   return tables.base(tier, "softmax,linear", "topk", 2, tables.TABLE1_SPECTRA)

@@ -16,7 +16,8 @@ dominate).
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
+def get_config(argument: str | None = None):
+  tier = tables.parse_tier(argument)
   config = tables.base(tier, "linear", "topk", 16, ((1.0, 0.0), (0.0, 0.0)))
   linear = config.model_overrides.linear
   linear.max_steps = max(linear.max_steps, 1200)

@@ -13,5 +13,6 @@ theory floors).
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
+def get_config(argument: str | None = None):
+  tier = tables.parse_tier(argument)
   return tables.base(tier, "linear", "topk", 2, ((0.5, 0.5), (1.0, 0.25)))

@@ -10,5 +10,6 @@ table4_top16.py.
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
+def get_config(argument: str | None = None):
+  tier = tables.parse_tier(argument)
   return tables.base(tier, "softmax", "topk", 2, tables.TABLE4_TOP2_SPECTRA)

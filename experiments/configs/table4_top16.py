@@ -9,5 +9,6 @@ beside the paper's 0.79, 0.88, 0.81, 0.81.
 from experiments.configs import tables
 
 
-def get_config(tier: str = "cpu"):
+def get_config(argument: str | None = None):
+  tier = tables.parse_tier(argument)
   return tables.base(tier, "softmax", "topk", 16, tables.TABLE4_TOP16_SPECTRA)

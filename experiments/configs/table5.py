@@ -9,7 +9,7 @@ of training it twice). Every fit record carries `gap_fit`; paper: alpha 0.977-0.
 from experiments.configs import table1
 
 
-def get_config(tier: str = "cpu"):
-  config = table1.get_config(tier)
+def get_config(argument: str | None = None):
+  config = table1.get_config(argument)
   config.model = "softmax"
   return config

@@ -10,11 +10,9 @@ P = 1024. Each model kind trains under its own regime (BUILD_NOTES "Where the la
 "Linear floor"), set through config.model_overrides so that one run holds both kinds.
 """
 
-import math
-
 import ml_collections
 
-from experiments.configs import default, regimes
+from experiments.configs import arguments, default, regimes
 from inverse_depth.config import ConfigError
 
 TIERS = ("cpu", "paper")
@@ -29,34 +27,31 @@ TABLE2_SPECTRA = ((2.0, 0.5), (2.0, 1.0), (2.0, 1.5), (2.0, 2.0), (0.5, 2.0), (1
 TABLE4_TOP2_SPECTRA = ((0.25, 0.25), (0.25, 0.5), (0.5, 0.5))
 TABLE4_TOP16_SPECTRA = ((0.0, 0.25), (0.0, 0.5), (0.25, 0.25), (0.25, 0.5))
 
-# Softmax training regimes (BUILD_NOTES "Where the law appears" (docs/notes/annealed_adam.md), "Reproduction at the cpu tier"):
-# depth_law.py's for a long budget; the cosine-scorer start at 3e-3 for the cpu tier's 1500
-# steps, where depth_law.py's regime leaves every depth 3-4% above the single-layer bound
-# and one (1, 0) model stuck (runs/rep4, BUILD_NOTES).
-DEPTH_LAW_REGIME = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3)
-SHORT_BUDGET_REGIME = dict(qk_init="identity", qk_init_scale=1.0, learning_rate=3e-3)
-
 # Per tier: softmax depths, seeds, steps, regime, evaluation contexts, bound contexts; then
-# the linear model's depths, steps, evaluation and bound contexts.
+# the linear model's depths, steps, evaluation and bound contexts. The softmax regimes: at the
+# paper tier depth_law.py's (regimes.ANNEALED_ADAM) for its long budget; at the cpu tier's
+# 1500 steps the cosine-scorer start at Adam 3e-3 (regimes.ADAM_COSINE_IDENTITY), where the
+# annealed regime leaves every depth 3-4% above the single-layer bound and one (1, 0) model
+# stuck (docs/notes/reproduction.md).
 _TIER_FIELDS = {
     "cpu": dict(softmax_depths=(1, 2, 4, 8, 16, 32), softmax_seeds=2, softmax_steps=1500,
-                softmax_regime=SHORT_BUDGET_REGIME, softmax_eval=20_480, softmax_bound=50_000,
+                softmax_regime="adam_cosine_identity", softmax_eval=20_480, softmax_bound=50_000,
                 linear_depths=(1, 2, 4), linear_steps=300, linear_eval=4096,
                 linear_bound=10_000),
     "paper": dict(softmax_depths=(1, 2, 4, 8, 16, 32, 64, 128, 256), softmax_seeds=3,
-                  softmax_steps=24000, softmax_regime=DEPTH_LAW_REGIME, softmax_eval=100_000,
+                  softmax_steps=24000, softmax_regime="annealed_adam", softmax_eval=100_000,
                   softmax_bound=200_000, linear_depths=(1, 2, 4, 8), linear_steps=2000,
                   linear_eval=20_480, linear_bound=20_000),
 }
 
 
-def check_tier(tier: str) -> dict:
-  if tier not in TIERS:
-    raise ConfigError(f"config tier {tier!r} does not exist: allowed {', '.join(TIERS)}")
-  return _TIER_FIELDS[tier]
+def parse_tier(argument: str | None) -> str:
+  """The tier a table's config file is asked for (`FILE.py:tier=paper`, or `:paper`)."""
+  return arguments.parse(argument, tier=("cpu", TIERS)).tier
 
 
-def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.ConfigDict:
+def base(tier: str, model: str, task: str, k: int, spectra,
+         softmax_regime: str | None = None) -> ml_collections.ConfigDict:
   """The default config at tier `tier`. Softmax trains in the tier's regime: at the paper
   tier depth_law.py's (small random query/key start, Adam 1e-3, cosine decay to zero over
   its 24000 steps; BUILD_NOTES "Where the law appears" (docs/notes/annealed_adam.md)); at the cpu tier's 1500 steps the cosine-scorer
@@ -64,17 +59,17 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   trains under its own regime: Adam 3e-4, batch 64, orthogonal input map, and the
   gradient-descent start (every gain W_o W_v^j W_y = 1, identity query/key at scale
   sqrt(d L)), so that a depth-L linear model starts as L unit steps of gradient descent on
-  the context (BUILD_NOTES "The paper's tables under Adam")."""
-  tier_fields = check_tier(tier)
+  the context (regimes.LINEAR_GRADIENT_DESCENT; BUILD_NOTES "The paper's tables under
+  Adam"). `softmax_regime` replaces the tier's."""
+  tier_fields = _TIER_FIELDS[tier]
   config = default.get_config()
-  config.update(regimes.ADAM_COSINE_IDENTITY)  # then the tier's softmax regime, below
+  regimes.apply(config, softmax_regime or tier_fields["softmax_regime"])
   config.model = model
   config.task = task
   config.k = k
   config.spectra = tuple(spectra)
   config.depths = tier_fields["softmax_depths"]
   config.num_seeds = tier_fields["softmax_seeds"]
-  config.update(tier_fields["softmax_regime"])
   config.warmup_steps = 200
   config.max_steps = tier_fields["softmax_steps"]
   config.eval_every = 250
@@ -83,13 +78,11 @@ def base(tier: str, model: str, task: str, k: int, spectra) -> ml_collections.Co
   config.eval_size = tier_fields["softmax_eval"]
   config.eval_chunk_size = 4096
   config.bound_samples = tier_fields["softmax_bound"]
-  config.model_overrides.linear = dict(
-      depths=tier_fields["linear_depths"], num_seeds=1, batch_size=64, W_x_init="orthogonal",
-      value_init="identity", qk_init="identity", qk_init_depth_exponent=1.0,
-      qk_init_scale=math.sqrt(config.sizes.linear.d), learning_rate=3e-4, warmup_steps=100,
-      max_steps=tier_fields["linear_steps"], eval_every=50, checkpoint_every=100, val_size=1024,
-      eval_size=tier_fields["linear_eval"], eval_chunk_size=512, diagnostic_size=1024,
-      bound_samples=tier_fields["linear_bound"])
+  regimes.apply(config, "linear_gradient_descent", model="linear")
+  config.model_overrides.linear.update(
+      depths=tier_fields["linear_depths"], num_seeds=1, max_steps=tier_fields["linear_steps"],
+      eval_every=50, checkpoint_every=100, val_size=1024, eval_size=tier_fields["linear_eval"],
+      eval_chunk_size=512, diagnostic_size=1024, bound_samples=tier_fields["linear_bound"])
   return config
 
 
@@ -121,32 +114,30 @@ _SGD_TIER_FIELDS = {
     "stationary_deep": dict(depths=(32,), num_seeds=2, max_steps=16000, stationary_evals=16,
                             eval_size=20_480, bound_samples=50_000, outlier_factor=1.5),
 }
-# Query/key start per k: identity at scale s puts the logits near s^2 N cos, so s =
-# sqrt(tau / N) with tau the best single cosine layer's temperature (theory.softmax_bound at
-# d = 16, P = 128: 16.7 for top-2 on six of the seven Table 1 spectra, 4.8 for top-16 on all
-# four of Table 4's; results/reproduce/table1; docs/notes/reproduction.md).
-SGD_QK_SCALE = {2: 0.73, 16: 0.39}
+
+
+def parse_sgd_tier(argument: str | None) -> str:
+  """The SGD tier a table's config file is asked for (`FILE.py:tier=stationary`)."""
+  return arguments.parse(argument, tier=("cpu", SGD_TIERS)).tier
 
 
 def sgd_law_base(tier: str, k: int, spectra) -> ml_collections.ConfigDict:
-  """Softmax on the top-k task over `spectra` in regimes.SGD_LAW at tier `tier`
-  (_SGD_TIER_FIELDS), its query/key start at the top-k optimum's temperature (SGD_QK_SCALE):
+  """Softmax on the top-k task over `spectra` in regimes.SGD_LAW (SGD_STATIONARY at the
+  stationary tiers) at tier `tier` (_SGD_TIER_FIELDS), its query/key start at the top-k
+  optimum's temperature (regimes.SGD_QK_SCALE):
   under SGD a depth-L model's layers move 1/L as fast together, so the deep models of a grid
   could not reach another temperature in the cpu budget."""
-  if tier not in SGD_TIERS:
-    raise ConfigError(f"sgd_law tables: tier {tier!r} does not exist: allowed "
-                      f"{', '.join(SGD_TIERS)}")
-  if k not in SGD_QK_SCALE:
+  if k not in regimes.SGD_QK_SCALE:
     raise ConfigError(f"sgd_law tables: k={k} has no query/key scale; allowed "
-                      f"{sorted(SGD_QK_SCALE)}")
+                      f"{sorted(regimes.SGD_QK_SCALE)}")
   config = default.get_config()
-  config.update(regimes.SGD_STATIONARY if tier.startswith("stationary") else regimes.SGD_LAW)
+  regimes.apply(config, "sgd_stationary" if tier.startswith("stationary") else "sgd_law")
   config.update(_SGD_TIER_FIELDS[tier])
   config.model = "softmax"
   config.task = "topk"
   config.k = k
   config.spectra = tuple(spectra)
-  config.qk_init_scale = SGD_QK_SCALE[k]
+  config.qk_init_scale = regimes.SGD_QK_SCALE[k]
   config.checkpoint_every = 500
   config.val_size = 2048
   config.eval_chunk_size = 4096

@@ -2,8 +2,8 @@
 the checks of inverse_depth.checks, so that it cannot drift from the data
 (tests/test_findings.py regenerates it and compares).
 
-Each row names the claim, the paper's number, ours, the training regime (read from the run's
-config), a verdict counted from the checks (reproduced: every check passes; not reproduced:
+Each row names the claim, the paper's number, ours, the training regime (the name the run's
+config recorded), a verdict counted from the checks (reproduced: every check passes; not reproduced:
 every check misses; partly: m of n pass) and the folders that hold the runs.
 """
 
@@ -29,14 +29,9 @@ def _load(folder: str, root: str) -> dict | None:
 
 
 def regime_name(config: dict, model: str = "softmax") -> str:
-  """The training regime of a run's `model` models in words (docs/regimes.md)."""
-  config = records.kind_config(config, model)
-  optimizer, schedule = config["optimizer"], config["schedule"]
-  if optimizer == "sgd" and schedule == "constant":
-    return "constant-step SGD"
-  if optimizer == "adam" and schedule == "cosine":
-    return "annealed Adam"
-  return f"{optimizer}, {schedule} schedule"
+  """The training regime a run's `model` models were trained in, as its config recorded it
+  (a name of experiments/configs/regimes.py, docs/regimes.md)."""
+  return f"`{records.kind_config(config, model)['regime']}`"
 
 
 def verdict(found: list[checks.Check]) -> str:
@@ -279,7 +274,8 @@ def build(root: str = ".") -> str:
            f"{checks.EXPONENT_STANDARD_ERRORS:g} standard errors, levelling off means C_L "
            f"within {checks.SHARED_LEVEL_TOLERANCE:.0%} and A_L - C_L within "
            f"{checks.DISAGREEMENT_LEVEL_TOLERANCE:.0%} over the last doubling of depth). "
-           "Where a claim was tested in two training regimes it has a row for each. What the "
+           "Where a claim was tested in two training regimes it has a row for each; the "
+           "regime is the name the run's config.json records (docs/regimes.md). What the "
            "rows mean, and why some miss: README \"What we find\", BUILD_NOTES.md.", "",
            "| claim | paper | ours | regime | verdict | runs |", "|---|---|---|---|---|---|"]
   lines += [f"| {row['claim']} | {row['paper']} | {row['ours']} | {row['regime']} | "
