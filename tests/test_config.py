@@ -1,6 +1,5 @@
 """Config validation and the command-line entrypoint's handling of bad overrides."""
 
-import dataclasses
 import glob
 import importlib
 import json
@@ -8,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import ml_collections
 import pytest
 
 from experiments.configs import default, quick, regimes, sgd_generalized, sgd_law, smoke, table1
@@ -298,16 +296,6 @@ COMMITTED_RUNS = {
 }
 
 
-# Runs made by an earlier version of their config file: their config.json lacks fields added
-# or moved since (nested sizes of kinds they do not train, linear overrides of a softmax run,
-# value_init and qk_init_depth_exponent moved into model_overrides.linear), so its hash is not
-# today's and experiments.run refuses their folder as a workdir. What they trained is still
-# what the file makes: test_each_legacy_run_trains_the_grids_its_config_file_makes_today.
-LEGACY_RUNS = ("generalized/generalized", "generalized/generalized_top16", "generalized/looped",
-               "linear_floor", "reproduce/easy", "reproduce/table1", "reproduce/table2",
-               "reproduce/table3_top2", "reproduce/table4", "reproduce/table4_top16")
-
-
 def _committed(folder):
   """(the committed results.json, the config its file builds today); skips a run not yet
   committed."""
@@ -323,7 +311,7 @@ def _committed(folder):
     return json.load(f), config
 
 
-@pytest.mark.parametrize("folder", sorted(set(COMMITTED_RUNS) - set(LEGACY_RUNS)))
+@pytest.mark.parametrize("folder", sorted(COMMITTED_RUNS))
 def test_each_committed_run_is_what_its_config_file_makes_today(folder):
   """A committed run's config hash equals the hash of the config its file builds now (fields
   added to the code later hash as absent at their defaults), so rerunning the documented
@@ -338,32 +326,6 @@ def _assert_same_regime(saved: dict, config) -> None:
   for model in config_lib.model_names(config):
     assert (records.kind_config(saved, model)["regime"]
             == config_lib.resolve(config, model).regime), model
-
-
-def _merged(base: dict, over: dict) -> dict:
-  """`base` with `over`'s values, nested dicts merged key by key."""
-  merged = dict(base)
-  for key, value in over.items():
-    merged[key] = (_merged(base[key], value) if isinstance(value, dict)
-                   and isinstance(base.get(key), dict) else value)
-  return merged
-
-
-@pytest.mark.parametrize("folder", LEGACY_RUNS)
-def test_each_legacy_run_trains_the_grids_its_config_file_makes_today(folder):
-  """Every field a legacy run's grids read (config.GridSpec: problem, depths, seeds, training,
-  start, evaluation) equals what its config file resolves to today. Its saved config counts a
-  field added since at its earlier value (FIELDS_ADDED_LATER) and takes today's value only
-  for what it never held (the sizes and overrides of kinds it does not train)."""
-  committed, config = _committed(folder)
-  assert config_lib.config_hash(config.to_dict()) != committed["config_hash"], (
-      f"{folder} hashes as today's config: move it out of LEGACY_RUNS")
-  today = json.loads(json.dumps(config.to_dict()))
-  saved = ml_collections.ConfigDict(_merged(today, {**config_lib.FIELDS_ADDED_LATER,
-                                                   **committed["config"]}))
-  unhashed = lambda specs: [dataclasses.replace(spec, config_hash="") for spec in specs]
-  assert unhashed(config_lib.grid_specs(saved)) == unhashed(config_lib.grid_specs(config))
-  _assert_same_regime(committed["config"], config)
 
 
 def test_every_committed_run_folder_is_listed():
