@@ -13,7 +13,6 @@ both. The law is then fitted to R_inf on L >= 1 and L >= 2 (checks.law_fits' tol
 Writes RESULTS/stationary.md and RESULTS/stationary.json.
 """
 
-import json
 import os
 
 from absl import app, flags
@@ -21,6 +20,7 @@ from absl import app, flags
 from inverse_depth import checks
 from inverse_depth.files import write_json_atomic
 from inverse_depth.stationary import extrapolate, law_at_infinity, series_by_depth
+from inverse_depth.workdir import read_results
 
 flags.DEFINE_string("results", None, "folder of results.json", required=True)
 flags.DEFINE_list("metrics", None, "metrics.jsonl of every run in results.json", required=True)
@@ -61,8 +61,7 @@ def markdown(results: dict, rows: list[dict], fits: dict, from_step: float,
 
 def main(argv):
   del argv
-  with open(os.path.join(FLAGS.results, "results.json")) as f:
-    results = json.load(f)
+  results = read_results(FLAGS.results)
   series = series_by_depth(FLAGS.metrics, results["fits"][0]["model"])
   rows = extrapolate(results, series, FLAGS.from_step, FLAGS.tau_per_depth)
   fits = law_at_infinity(rows)

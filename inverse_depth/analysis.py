@@ -402,8 +402,7 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
              paired_differences=paired, non_monotone_depths=non_monotone_depths(paired),
              bound=bound,
              all_converged=all(r["converged"] for r in runs if not r["diverged"]))
-  if "learning_rate" in first:  # a rate sweep's grids differ in it
-    fit["learning_rate"] = first["learning_rate"]
+  fit["learning_rate"] = first["learning_rate"]  # a rate sweep's grids differ in it
   fit["clean"] = not fit["flagged"] and not fit["excluded_diverged"]
   if len(keep) >= 2:
     fit.update(fit_depth_scaling([depths[i] for i in keep], [losses[i] for i in keep],
@@ -417,8 +416,7 @@ def fit_grid(runs: list[dict], paired_differences: list[dict] | None = None,
   return fit
 
 
-# One grid: the runs behind one fit record. Records made before rate sweeps have no
-# learning_rate: read these fields with .get (a missing one is None on both sides).
+# One grid: the runs behind one fit record.
 GRID_FIELDS = ("model", "task", "k", "a", "b", "learning_rate")
 PAIRING_FIELDS = GRID_FIELDS + ("depth", "seed")  # one trained model
 

@@ -616,8 +616,7 @@ def linear_theory(fit: dict, runs: list[dict]) -> Check | None:
   off = relative(plateau, bound["floor"])
   at_this_P = (f" At this P (the polynomial applied to the context's own covariance S) the "
                f"floor is {bound['context_floor']:.4g} +- {bound['context_floor_se']:.2g}: "
-               f"{relative(plateau, bound['context_floor']):+.1%} from it."
-               if "context_floor" in bound else "")  # results/linear_floor's bound lacks it
+               f"{relative(plateau, bound['context_floor']):+.1%} from it.")
   return Check("Table 3 linear theory", bool(abs(off) <= LINEAR_THEORY_TOLERANCE),
                f"{records.grid_label(fit)}: deepest trained loss {plateau:.4g} ({measure}) is "
                f"{off:+.1%} from the theory floor T - h^T G^+ h = {bound['floor']:.4g} +- "

@@ -340,9 +340,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, start_over: bool = F
           write_json_atomic(grid_path, grid)
         trained.append(spec.name)
       all_runs.extend(grid["runs"])
-      # grids saved before rate sweeps existed have one group per spectrum and no "groups"
-      groups = grid.get("groups") or [dict(a=a, b=b) for a, b in spec.problem.spectra]
-      for group, paired, bound in zip(groups, grid["paired_differences"], grid["bounds"]):
+      for group, paired, bound in zip(grid["groups"], grid["paired_differences"],
+                                      grid["bounds"]):
         fits.append(analysis.fit_grid(
             [r for r in grid["runs"] if all(r.get(k) == v for k, v in group.items())], paired,
             bound))

@@ -18,6 +18,7 @@ import os
 
 from inverse_depth import analysis, records
 from inverse_depth.files import write_json_atomic
+from inverse_depth.workdir import RESULTS_FILE, SCHEMA_VERSION, read_results
 
 # Config fields in which joined runs may differ: which models each trained, not how.
 JOINABLE_FIELDS = ("depths", "spectra", "checkpoint_every", "checkpoints_to_keep")
@@ -96,7 +97,7 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
       spectra=sorted({tuple(s) for r in results_by_source.values()
                       for s in r["config"]["spectra"]}))
   return dict(
-      config=config, runs=runs, fits=fits,
+      schema_version=SCHEMA_VERSION, config=config, runs=runs, fits=fits,
       wall_time_s=float(sum(r["wall_time_s"] for r in results_by_source.values())),
       backend=",".join(sorted({r["backend"] for r in results_by_source.values()})),
       num_devices=max(r["num_devices"] for r in results_by_source.values()),
@@ -120,11 +121,9 @@ def write_joined(workdirs: list[str], out_dir: str) -> str:
     raise ValueError(f"--out {out_dir} is one of the joined workdirs; give a new directory")
   results_by_source = {}
   for workdir in workdirs:
-    path = os.path.join(workdir, "results.json")
-    if not os.path.exists(path):
+    if not os.path.exists(os.path.join(workdir, RESULTS_FILE)):
       raise ValueError(f"--workdirs: {workdir} holds no results.json (not a finished run)")
-    with open(path) as f:
-      results_by_source[workdir] = json.load(f)
+    results_by_source[workdir] = read_results(workdir)
   joined = join_results(results_by_source)
   out_results = os.path.join(out_dir, "results.json")
   if os.path.exists(out_results):

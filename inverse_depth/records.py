@@ -3,17 +3,16 @@ ran them, and the rule for when two runs' configs may be compared model by model
 side of the report layer (inverse_depth/report/), importable by science modules.
 """
 
-import json
 import os
 
 from inverse_depth import analysis
-from inverse_depth.workdir import RESULTS_FILE
+from inverse_depth.workdir import RESULTS_FILE, read_results
 
 
 def grid_label(fit: dict) -> str:
   """'softmax, top-2, (a,b)=(0,0.5), lr 0.003': a fit record's grid in words."""
   task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
-  rate = f", lr {fit['learning_rate']:g}" if fit.get("learning_rate") is not None else ""
+  rate = f", lr {fit['learning_rate']:g}" if "learning_rate" in fit else ""
   return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g}){rate}"
 
 
@@ -21,10 +20,8 @@ def load_results(root: str, names) -> dict[str, dict]:
   """results.json of every run named in `names` present under `root`, by run name."""
   found = {}
   for name in names:
-    path = os.path.join(root, name, RESULTS_FILE)
-    if os.path.exists(path):
-      with open(path) as f:
-        found[name] = json.load(f)
+    if os.path.exists(os.path.join(root, name, RESULTS_FILE)):
+      found[name] = read_results(os.path.join(root, name))
   return found
 
 

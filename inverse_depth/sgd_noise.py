@@ -24,6 +24,7 @@ import numpy as np
 
 from inverse_depth import config as config_lib, diagnostics, experiment, models, theory
 from inverse_depth.files import write_json_atomic
+from inverse_depth.workdir import read_results
 
 NOISE_STREAM = 6  # fold_in index of the contexts the noise is measured on (5: theory bounds)
 NOISE_FILE = "sgd_noise.json"
@@ -66,10 +67,9 @@ def one_layer_noise(workdir: str, num_contexts: int, chunk_size: int = 512) -> d
 
 
 def _fit_of(results: dict, learning_rate: float) -> dict:
-  """The fit record of the grid trained at `learning_rate` (records made before rate sweeps
-  carry none: the run's only fit)."""
+  """The fit record of the grid trained at `learning_rate`."""
   for fit in results["fits"]:
-    if fit.get("learning_rate", learning_rate) == learning_rate:
+    if fit["learning_rate"] == learning_rate:
       return fit
   raise ValueError(f"no fit at learning rate {learning_rate:g}")
 
@@ -82,8 +82,7 @@ def predict(workdir: str, num_contexts: int = 4096, results_dir: str | None = No
   results_dir = results_dir or workdir
   found = one_layer_noise(workdir, num_contexts)
   spec = found["spec"]
-  with open(os.path.join(results_dir, "results.json")) as f:
-    results = json.load(f)
+  results = read_results(results_dir)
   entries = []
   for g, rate in enumerate(found["learning_rates"]):
     fit = _fit_of(results, rate)

@@ -21,8 +21,32 @@ from inverse_depth.files import write_text_atomic
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 RESULTS_FILE = "results.json"
-# results.json layout: 2 added `schema_version` and `provenance` (files without them are 1).
-SCHEMA_VERSION = 2
+# results.json layout, by version (files without `schema_version` are 1):
+#   2 added `schema_version` and `provenance` (null where the run predates it);
+#   3: the config names its regime (`regime`), every run and fit record carries its
+#      learning_rate, every theory bound holds every field theory_bound gives today, and
+#      joins carry a version too.
+# A results.json of an earlier version is brought to this one by
+# `python -m experiments.upgrade_results` (inverse_depth/upgrade.py), and only there.
+SCHEMA_VERSION = 3
+
+
+class SchemaError(ValueError):
+  """A results.json written by an earlier version of this code."""
+
+
+def read_results(directory: str) -> dict:
+  """directory/results.json; raises SchemaError, naming the command that upgrades it, for
+  one of an earlier schema version."""
+  path = os.path.join(directory, RESULTS_FILE)
+  with open(path) as f:
+    results = json.load(f)
+  version = results.get("schema_version", 1)
+  if version != SCHEMA_VERSION:
+    raise SchemaError(f"{path} has schema version {version}, this code reads "
+                      f"{SCHEMA_VERSION}: run python -m experiments.upgrade_results "
+                      f"--results={directory}")
+  return results
 
 
 def provenance() -> dict:

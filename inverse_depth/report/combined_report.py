@@ -185,9 +185,9 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     held_out_se = float(np.mean([r["eval_loss_se"] for r in analysis.clean_runs(runs)
                                  if r["depth"] == depth] or [np.nan]))
     quoted = paper.TABLE3_FLOOR.get((fit["k"], fit["a"], fit["b"]), {})
-    context_floor = bound.get("context_floor")  # absent from bounds computed before it existed
+    context_floor = bound["context_floor"]
     at_this_P = (f"{context_floor:.4g} +- {bound['context_floor_se']:.2g} | "
-                 f"{_percent(trained, context_floor)}" if context_floor else "- | -")
+                 f"{_percent(trained, context_floor)}")
     averaged = measure == "averaged over beta"  # else plateau_loss fell back to the MSE
     averaged_cell = (f"{trained:.4g} +- {trained_se:.2g} (L={depth})" if averaged
                      else f"not recorded (L={depth})")

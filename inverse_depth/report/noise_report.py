@@ -10,6 +10,7 @@ import numpy as np
 from inverse_depth import analysis, records, sgd_noise
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import run_report
+from inverse_depth.workdir import read_results
 
 
 def noise_markdown(found: dict) -> str:
@@ -81,8 +82,7 @@ def sweep_rows(workdirs: list[str]) -> list[dict]:
   at the deepest stationary depth, and the predicted c where sgd_noise.json exists."""
   rows = []
   for workdir in workdirs:
-    with open(os.path.join(workdir, "results.json")) as f:
-      results = json.load(f)
+    results = read_results(workdir)
     noise_path = os.path.join(workdir, sgd_noise.NOISE_FILE)
     predictions = {}
     if os.path.exists(noise_path):
@@ -90,7 +90,7 @@ def sweep_rows(workdirs: list[str]) -> list[dict]:
         predictions = {e["learning_rate"]: e for e in json.load(f)["rates"]}
     config = results["config"]
     for fit in results["fits"]:
-      rate = fit.get("learning_rate", config["learning_rate"])
+      rate = fit["learning_rate"]
       deepest = _deepest_stationary(results, fit)
       gap = (fit["disagreement"][fit["depths"].index(deepest)]
              if deepest in fit["depths"] else float("nan"))

@@ -6,7 +6,6 @@ not, and whether the layers stay on one cosine scorer.
     python -m experiments.compare_regimes --out=DIR --runs=NAME=WORKDIR,NAME=WORKDIR,...
 """
 
-import json
 import os
 
 import numpy as np
@@ -14,6 +13,7 @@ import numpy as np
 from inverse_depth import analysis, records
 from inverse_depth.report import plt, run_report
 from inverse_depth.files import write_text_atomic
+from inverse_depth.workdir import read_results
 
 def _temperature_spread(run: dict) -> float:
   """Spread of a model's layer temperatures: std / mean over its layers (0 at L = 1)."""
@@ -61,8 +61,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   the markdown's path. Each workdir's first fit is its grid (one problem per run)."""
   results = {}
   for name, workdir in workdirs.items():
-    with open(os.path.join(workdir, "results.json")) as f:
-      results[name] = json.load(f)
+    results[name] = read_results(workdir)
   rows = {name: regime_rows(r) for name, r in results.items()}
   depths = sorted({L for by_field in rows.values() for L in by_field["eval_loss"]})
   fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))

@@ -12,6 +12,7 @@ import numpy as np
 from inverse_depth import analysis, paper, records
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import atomic_path, write_text_atomic
+from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
 
 
@@ -46,16 +47,14 @@ def plot_depth_scaling(results: dict, path: str) -> None:
                  label=f"best single cosine layer {bound['single']:.4g}")
       ax.axhline(bound["mixture"], color=color, ls=":", lw=1,
                  label=f"best mixture of cosine layers {bound['mixture']:.4g}")
-      if "average_by_layers" in bound:  # bounds computed before it lack it
-        optima = [entry["loss"] for entry in bound["average_by_layers"]]
-        ax.plot(range(1, len(optima) + 1), optima, "s--", ms=3, lw=0.8, color=color,
-                label="best L cosine layers (theory)")
+      optima = [entry["loss"] for entry in bound["average_by_layers"]]
+      ax.plot(range(1, len(optima) + 1), optima, "s--", ms=3, lw=0.8, color=color,
+              label="best L cosine layers (theory)")
     elif bound and bound["kind"] == "linear_floor":
       ax.axhline(bound["floor"], color=color, ls="--", lw=1,
                  label=f"linear floor theory {bound['floor']:.4g}")
-      if "context_floor" in bound:  # bounds computed before the finite-P floor lack it
-        ax.axhline(bound["context_floor"], color=color, ls=":", lw=1,
-                   label=f"floor at this P (S^r q) {bound['context_floor']:.4g}")
+      ax.axhline(bound["context_floor"], color=color, ls=":", lw=1,
+                 label=f"floor at this P (S^r q) {bound['context_floor']:.4g}")
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (clean models)")
   ax.legend(fontsize=7)
   save_figure(fig, path)
@@ -162,7 +161,7 @@ def _geometry_table(results: dict, fit: dict) -> list[str]:
 def _cosine_layers_section(results: dict) -> list[str]:
   """Trained R_L beside the best controlled model of L cosine-scoring layers
   (bound["average_by_layers"]: `theory.equal_weight_averages`), for the softmax grids whose
-  bound has it; nothing for bounds computed before it existed."""
+  bound has one."""
   rows = []
   for fit in results["fits"]:
     optima = (fit.get("bound") or {}).get("average_by_layers")
@@ -351,8 +350,7 @@ def _training_header(config: dict, kind: str) -> str:
 
 def write_report(workdir: str) -> str:
   """Writes figures/*.png and report.md from workdir/results.json alone; returns its path."""
-  with open(os.path.join(workdir, "results.json")) as f:
-    results = json.load(f)
+  results = read_results(workdir)
   config = results["config"]
   os.makedirs(os.path.join(workdir, "figures"), exist_ok=True)
   plot_depth_scaling(results, os.path.join(workdir, "figures", "depth_scaling.png"))
@@ -546,8 +544,7 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
   report, not checked: the older run ran with that field's default."""
   loaded = []
   for workdir in (short_dir, long_dir):
-    with open(os.path.join(workdir, "results.json")) as f:
-      loaded.append(json.load(f))
+    loaded.append(read_results(workdir))
   short, long = loaded
   differing, unrecorded = records.config_differences(short["config"], long["config"])
   other = [text for field, text in differing.items() if field not in records.SCHEDULE_COMPARISON_FIELDS]
