@@ -12,6 +12,7 @@ import pytest
 
 from experiments.configs import smoke
 from inverse_depth import analysis, checks, config as config_lib, evaluation, experiment, models, records
+from inverse_depth.workdir import SCHEMA_VERSION
 from inverse_depth.report import run_report
 from tests import REPO, tiny
 
@@ -206,7 +207,8 @@ def _synthetic_runs(depths, seeds=(0, 1)):
         C = R - 0.1 if depth > 1 else float("nan")
         A = C + 0.1 * depth if depth > 1 else R
         runs.append(dict(
-            model=model, task="topk", k=2, a=0.0, b=0.0, depth=depth, seed=seed, eval_loss=R,
+            model=model, task="topk", k=2, a=0.0, b=0.0, learning_rate=1e-3, depth=depth,
+            seed=seed, eval_loss=R,
             A=A, C=C, disagreement=A - C, identity_residual=0.0, diverged=False,
             diverged_at_step=-1, converged=True, steps=100, final_lr_scale=1.0,
             uniform_attention_loss=5.0, on_plateau=False, target_second_moment=6.0))
@@ -222,7 +224,7 @@ def test_report_from_synthetic_results(tmp_path, depths):
   config.depths = depths
   runs = _synthetic_runs(depths)
   fits = [analysis.fit_grid([r for r in runs if r["model"] == m]) for m in ("softmax", "linear")]
-  results = dict(runs=runs, fits=fits, config=config.to_dict(), wall_time_s=1.0, backend="cpu",
+  results = dict(schema_version=SCHEMA_VERSION, runs=runs, fits=fits, config=config.to_dict(), wall_time_s=1.0, backend="cpu",
                  num_devices=1)
   (tmp_path / "results.json").write_text(json.dumps(results))
   run_report.write_report(str(tmp_path))
@@ -244,7 +246,7 @@ def test_report_from_synthetic_results(tmp_path, depths):
   # The theory table prints a floor only where the fit resolves one.
   against_theory = text.split("## Against theory")[1]
   floor_text = f"{fits[0]['L0']:.4g}" if len(depths) > 1 else "not resolved"
-  assert f"| softmax, top-2, (a,b)=(0,0) | {floor_text} |" in against_theory
+  assert f"| softmax, top-2, (a,b)=(0,0), lr 0.001 | {floor_text} |" in against_theory
 
 
 @pytest.mark.slow
@@ -307,7 +309,7 @@ def test_a_stuck_model_is_flagged_by_name_and_kept_out_of_the_fit(tmp_path):
   assert not fit["clean"] and fit["flagged"][0]["seed"] == 1
   assert fit["losses"][2] == pytest.approx(0.5 + 1 / 4 + 0.01)  # mean of seeds 0 and 2
   config = smoke.get_config()
-  results = dict(runs=runs, fits=[fit], config=config.to_dict(), wall_time_s=1.0,
+  results = dict(schema_version=SCHEMA_VERSION, runs=runs, fits=[fit], config=config.to_dict(), wall_time_s=1.0,
                  backend="cpu", num_devices=1)
   (tmp_path / "results.json").write_text(json.dumps(results))
   text = open(run_report.write_report(str(tmp_path))).read()
@@ -426,7 +428,7 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
 
 def test_results_record_their_schema_and_provenance(experiment_run):
   results = experiment_run["results"]
-  assert results["schema_version"] == 2
+  assert results["schema_version"] == SCHEMA_VERSION
   found = results["provenance"]
   assert set(found) == {"commit", "uncommitted_changes", "command", "time"}
   assert found["commit"] is None or len(found["commit"]) == 40  # None outside a git checkout
