@@ -6,6 +6,12 @@
 
 regimes.SGD_LAW with the query/key start at the top-16 optimum's temperature (scale 0.39,
 regimes.SGD_QK_SCALE), `cpu` tier of tables.sgd_law_base (depths 1..32, 2 seeds, 12000 steps).
+
+Committed (results/sgd_tables/table4_top16/): the stationary tiers, regimes.SGD_STATIONARY, 2
+seeds, `:stationary` (depths 1..16, 8000 steps, 76 min) and `:stationary_deep` (depth 32,
+16000 steps, 91 min), side by side on 2 cores, joined by experiments.join_runs (commands:
+results/README.md). At top-16 the slow drift does not grow with depth, so 500 L steps per
+depth is not enough here (docs/notes/sgd_tables.md).
 """
 
 from experiments.configs import tables
