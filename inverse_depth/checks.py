@@ -746,3 +746,46 @@ def check_line(check: Check) -> str:
   """A report's line for one check: '- PASS (claim): text' or '- MISS (not stationary)
   (claim): text'."""
   return f"- {check.verdict} ({check.claim}): {check.text}"
+
+
+def falls_and_rises(fit: dict) -> tuple[int, int]:
+  """How many depth doublings fall and how many rise: R_L - R_L/2 on the shared evaluation
+  set beyond EXPONENT_STANDARD_ERRORS paired standard errors."""
+  paired = fit.get("paired_differences", [])
+  return (sum(p["difference"] < -EXPONENT_STANDARD_ERRORS * p["se"] for p in paired),
+          sum(p["difference"] > EXPONENT_STANDARD_ERRORS * p["se"] for p in paired))
+
+
+def observed_trend(fit: dict) -> str:
+  """One grid's depth trend: "law" (depth_trend passes), "falls" (no doubling rises and at
+  most one fails to fall, falls_and_rises) or "none"."""
+  if depth_trend(fit).passed:
+    return "law"
+  paired = fit.get("paired_differences", [])
+  falls, rises = falls_and_rises(fit)
+  return "falls" if paired and rises == 0 and falls >= len(paired) - 1 else "none"
+
+
+def trend_against_paper(fit: dict, last_change: float | None, flagged: int, total: int) -> str:
+  """Agrees / partly / disagrees / cannot say: the grid's observed_trend against the paper's
+  (paper.appendix_c_trend). "cannot say" when the mean validation loss still fell by more than
+  UNDER_TRAINED_FALL over the last evaluation interval (`last_change`), or more than half the
+  grid's models are flagged. Depths where every model is flagged are named: the verdict
+  covers only the depths that kept a clean model."""
+  if (last_change is not None and last_change < -UNDER_TRAINED_FALL) or 2 * flagged > total:
+    return "cannot say: under-trained"
+  expected, observed = paper.appendix_c_trend(fit["model"], fit["k"]), observed_trend(fit)
+  if expected is None:
+    return "no claim in the paper"
+  if expected == "law":
+    text = {"law": "agrees", "falls": "partly: falls with depth, but no inverse-depth law",
+            "none": "disagrees: no inverse-depth trend"}[observed]
+  else:
+    text = {"law": "disagrees: keeps an inverse-depth law", "falls": "disagrees: still falls "
+            "with depth", "none": "agrees: no trend"}[observed]
+  lost_depths = sorted({f["depth"] for f in fit.get("flagged") or []}
+                       - {int(d) for d in fit["depths"]})
+  if lost_depths:
+    text += (f", judged on depths {', '.join(str(int(d)) for d in fit['depths'])} only: every "
+             f"model at depth {', '.join(map(str, lost_depths))} is flagged")
+  return text

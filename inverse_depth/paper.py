@@ -41,6 +41,28 @@ TABLE4_MIN_R2 = 0.998
 TABLE5_ALPHA_RANGE = (0.977, 0.994)
 
 
+# What the paper says about each appendix C variant (docs/sizes.md), shown beside our numbers.
+APPENDIX_C_STATEMENTS = {
+    "single_stream": "keeps an approximately inverse-depth trend (C.1)",
+    "per_layer_values": "keeps an approximately inverse-depth trend (C.2)",
+    "context_updates": "keeps the trend at top-2, saturates at top-16 with m near -2.3 (C.3)",
+    "looped": "open question in the paper's discussion: does weight tying keep the averaging "
+              "benefit with fewer parameters?",
+    "softmax": "the controlled model: R_L = L0 + c L^-alpha with alpha near 1",
+}
+
+
+def appendix_c_trend(model: str, k: int) -> str | None:
+  """What the paper says of a grid's depth trend in appendix C: "law" (approximately inverse
+  depth: the controlled model, C.1, C.2, C.3 at top-2), "saturates" (the trend is lost: C.3 at
+  top-16, with m near -2.3) or None (no claim: looped layers, C.3 at other k)."""
+  if model == "looped":
+    return None
+  if model == "context_updates":
+    return {2: "law", 16: "saturates"}.get(k)
+  return "law"
+
+
 def span(values) -> str:
   """'low ... high' of a set of the paper's numbers, as FINDINGS quotes them."""
   values = list(values)

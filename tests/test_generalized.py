@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, diagnostics, experiment, records, tasks
+from inverse_depth import analysis, checks, diagnostics, experiment, records, tasks
 from inverse_depth.report import generalized_report
 from inverse_depth import config as config_lib
 from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
@@ -547,7 +547,7 @@ def test_verdict_against_the_paper(model, k, losses, last_change, flagged, expec
   "saturates"; a steady fall without a floor agrees only partly; still-falling training or
   mostly flagged grids cannot be judged; looped layers have no claim to meet."""
   fit = _grid_fit(model, k, losses)
-  assert generalized_report.verdict(fit, last_change, flagged, 18).startswith(expected)
+  assert checks.trend_against_paper(fit, last_change, flagged, 18).startswith(expected)
 
 
 def test_verdict_names_depths_lost_to_flags():
@@ -555,7 +555,7 @@ def test_verdict_names_depths_lost_to_flags():
   verdict says which depths it could not see."""
   fit = _grid_fit("context_updates", 16, [0.34, 0.32, 0.33])
   fit["flagged"] = [dict(depth=depth, seed=seed) for depth in (8, 16) for seed in range(3)]
-  text = generalized_report.verdict(fit, -0.001, 6, 15)
+  text = checks.trend_against_paper(fit, -0.001, 6, 15)
   assert text.startswith("agrees: no trend, judged on depths 1, 2, 4 only")
   assert text.endswith("every model at depth 8, 16 is flagged")
 

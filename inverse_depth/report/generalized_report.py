@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, checks, evaluation, records
+from inverse_depth import analysis, checks, evaluation, paper, records
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
 
@@ -133,72 +133,6 @@ def regime_claims(base: str = ".") -> list[str]:
   return lines
 
 
-# What the paper says about each variant (docs/sizes.md), shown beside our numbers.
-PAPER = {
-    "single_stream": "keeps an approximately inverse-depth trend (C.1)",
-    "per_layer_values": "keeps an approximately inverse-depth trend (C.2)",
-    "context_updates": "keeps the trend at top-2, saturates at top-16 with m near -2.3 (C.3)",
-    "looped": "open question in the paper's discussion: does weight tying keep the averaging "
-              "benefit with fewer parameters?",
-    "softmax": "the controlled model: R_L = L0 + c L^-alpha with alpha near 1",
-}
-
-
-
-def paper_expectation(model: str, k: int) -> str | None:
-  """What the paper says of a grid's depth trend: "law" (approximately inverse depth),
-  "saturates" (the trend is lost: C.3 at top-16) or None (no claim: looped, other k)."""
-  if model == "looped":
-    return None
-  if model == "context_updates":
-    return {2: "law", 16: "saturates"}.get(k)
-  return "law"
-
-
-def falls_and_rises(fit: dict, num_se: float = 2.0) -> tuple[int, int]:
-  """How many depth doublings fall and how many rise: R_L - R_L/2 on the shared evaluation
-  set beyond `num_se` paired standard errors."""
-  paired = fit.get("paired_differences", [])
-  return (sum(p["difference"] < -num_se * p["se"] for p in paired),
-          sum(p["difference"] > num_se * p["se"] for p in paired))
-
-
-def observed_trend(fit: dict) -> str:
-  """Our depth trend of one grid: "law" (a resolved fit R_L = L0 + c L^-alpha with alpha in
-  checks.TREND_ALPHA_RANGE and R^2 >= checks.TREND_MIN_R2), "falls" (no doubling rises and at most one fails to
-  fall beyond 2 paired standard errors) or "none"."""
-  if checks.depth_trend(fit).passed:
-    return "law"
-  paired = fit.get("paired_differences", [])
-  falls, rises = falls_and_rises(fit)
-  return "falls" if paired and rises == 0 and falls >= len(paired) - 1 else "none"
-
-
-def verdict(fit: dict, last_change: float | None, flagged: int, total: int) -> str:
-  """Agrees / partly / disagrees / cannot say: our trend against the paper's, computed from
-  the fit, the paired differences and how far training got ("cannot say" when the mean
-  validation loss still fell by more than checks.UNDER_TRAINED_FALL over the last evaluation
-  interval, or more than half the models of a grid are flagged). Depths where every model is
-  flagged are named: the verdict covers only the depths that kept a clean model."""
-  if (last_change is not None and last_change < -checks.UNDER_TRAINED_FALL) or 2 * flagged > total:
-    return "cannot say: under-trained"
-  expected, observed = paper_expectation(fit["model"], fit["k"]), observed_trend(fit)
-  if expected is None:
-    return "no claim in the paper"
-  if expected == "law":
-    text = {"law": "agrees", "falls": "partly: falls with depth, but no inverse-depth law",
-            "none": "disagrees: no inverse-depth trend"}[observed]
-  else:
-    text = {"law": "disagrees: keeps an inverse-depth law", "falls": "disagrees: still falls "
-            "with depth", "none": "agrees: no trend"}[observed]
-  lost_depths = sorted({f["depth"] for f in fit.get("flagged") or []}
-                       - {int(d) for d in fit["depths"]})
-  if lost_depths:
-    text += (f", judged on depths {', '.join(str(int(d)) for d in fit['depths'])} only: every "
-             f"model at depth {', '.join(map(str, lost_depths))} is flagged")
-  return text
-
-
 def _means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
   """depth -> (mean, standard error) over the non-diverged seeds of a run-record field."""
   depths, means, errors = analysis.seed_means(runs, field)
@@ -211,12 +145,13 @@ def trend_sentence(fit: dict) -> str:
     return "fewer than two clean depths"
   first, last = fit["losses"][0], fit["losses"][-1]
   first_depth, last_depth = int(fit["depths"][0]), int(fit["depths"][-1])
-  falls, rises = falls_and_rises(fit)
+  falls, rises = checks.falls_and_rises(fit)
   steps = len(fit.get("paired_differences", []))
   law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
          f"(R^2 {fit['r2']:.3f})" if fit["resolved"] else fit.get("verdict", "no fit"))
   return (f"R_{last_depth} / R_{first_depth} = {last / first:.3f}; of {steps} "
-          f"depth doublings {falls} fall and {rises} rise beyond 2 paired standard errors; "
+          f"depth doublings {falls} fall and {rises} rise beyond "
+          f"{checks.EXPONENT_STANDARD_ERRORS:g} paired standard errors; "
           f"{law}")
 
 
@@ -287,8 +222,9 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
                    f"{training_sentence(results, fit, change)} | "
                    f"{flagged} of {total} | {trend_sentence(fit)} | "
-                   f"{PAPER.get(fit['model'], '-')} | "
-                   f"{verdict(fit, change and change['mean'], flagged, total)} |")
+                   f"{paper.APPENDIX_C_STATEMENTS.get(fit['model'], '-')} | "
+                   + checks.trend_against_paper(fit, change and change["mean"], flagged, total)
+                   + " |")
   return lines
 
 
