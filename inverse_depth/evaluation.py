@@ -254,7 +254,7 @@ class GridEvaluator:
     them, and each model records the window's `stationarity` (analysis.stationarity). The
     diagnostics and the ensemble's member check use the final parameters.
     """
-    spectrum, rate_factor = self.trainer.groups[group]
+    spectrum, _ = self.trainer.groups[group]
     a, b = spec.problem.spectra[spectrum]
     window_params = window_params or [state.params]
     num_seeds, num_views = len(spec.seeds), len(views)
@@ -307,7 +307,7 @@ class GridEvaluator:
         runs.append(dict(
             model=spec.label, task=spec.problem.task, k=spec.problem.k, a=a, b=b,
             d=spec.problem.d, P=spec.problem.P, N=spec.N, depth=depth, seed=seed,
-            learning_rate=spec.train.learning_rate * rate_factor,
+            learning_rate=self.trainer.group_learning_rates[group],
             eval_loss=parts["R"],
             eval_loss_se=float(squared_errors_SVE[s, i].std() / np.sqrt(target_E.size)),
             A=parts["A"], C=parts["C"], disagreement=parts["disagreement"],

@@ -221,12 +221,12 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   else:
     views = [(L, trainer.layout.layer_slice(m), [m]) for m, L in enumerate(spec.depths)]
   runs, groups, paired = [], [], []
-  for group, (spectrum, rate_factor) in enumerate(trainer.groups):
+  for group, (spectrum, _) in enumerate(trainer.groups):
     group_runs, group_paired = evaluator.run_records(spec, state, keys["eval"], group, views,
                                                      bounds[spectrum], window)
     a, b = spec.problem.spectra[spectrum]
     runs += group_runs
-    groups.append(dict(a=a, b=b, learning_rate=spec.train.learning_rate * rate_factor))
+    groups.append(dict(a=a, b=b, learning_rate=trainer.group_learning_rates[group]))
     paired.append(group_paired)
   return dict(runs=runs, groups=groups, paired_differences=paired,
               bounds=[bounds[spectrum] for spectrum, _ in trainer.groups],
@@ -262,11 +262,11 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
         metrics.append([
             dict(model=spec.label, a=spec.problem.spectra[spectrum][0],
                  b=spec.problem.spectra[spectrum][1],
-                 learning_rate=spec.train.learning_rate * rate_factor,
+                 learning_rate=trainer.group_learning_rates[g],
                  train_time_s=train_time_s,
                  **{k: v for k, v in progress.items() if k not in per_model},
                  **{k: v[g * num_seeds:(g + 1) * num_seeds] for k, v in per_model.items()})
-            for g, (spectrum, rate_factor) in enumerate(trainer.groups)])
+            for g, (spectrum, _) in enumerate(trainer.groups)])
       logging.info("[%s] step %d/%d  %.0fs trained, <= %.0fs left  val R: %s  converged %d/%d",
                    spec.name, progress["step"], spec.train.max_steps, train_time_s,
                    progress["eta_max_s"], _validation_text(spec, progress["val_loss"]),

@@ -62,8 +62,7 @@ def one_layer_noise(workdir: str, num_contexts: int, chunk_size: int = 512) -> d
                 for i in range(0, num_contexts, chunk_size)]
       for name in traces:
         traces[name][group, w, seed] = float(np.mean([c[name] for c in chunks]))
-  return dict(spec=spec, learning_rates=[spec.train.learning_rate * f for _, f in trainer.groups],
-              **traces)
+  return dict(spec=spec, learning_rates=list(trainer.group_learning_rates), **traces)
 
 
 def _fit_of(results: dict, learning_rate: float) -> dict:

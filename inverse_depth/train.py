@@ -263,7 +263,8 @@ class GridTrainer:
   (spectrum, rate factor, seed) triples of the grid in that order: replicate r trains on
   spectrum `replicate_spectrum[r]` at learning rate `learning_rate x
   replicate_rate_factor[r]` with seed `replicate_seed[r]`. A *group* is one (spectrum, rate
-  factor) pair (`groups`), its replicates the seeds, contiguous. Initialisation and data
+  factor) pair (`groups`, trained at `group_learning_rates`), its replicates the seeds,
+  contiguous. Initialisation and data
   stream depend on the seed only, so the models of one seed start alike and see the same
   rotations and Gaussian draws under every spectrum and rate (a rate sweep is paired).
   `layout` covers the real models (indices 0 .. num_models - 1) and, when the
@@ -286,6 +287,8 @@ class GridTrainer:
     self.seeds = tuple(seeds)
     self.rate_factors = tuple(float(f) for f in rate_factors)
     self.groups = tuple((j, f) for j in range(len(problem.spectra)) for f in self.rate_factors)
+    # The peak learning rate of each group: the one place a sweep's rate is computed.
+    self.group_learning_rates = tuple(settings.learning_rate * f for _, f in self.groups)
     self.replicate_spectrum = np.repeat([j for j, _ in self.groups], len(self.seeds))
     self.replicate_rate_factor = np.repeat([f for _, f in self.groups], len(self.seeds))
     self.replicate_seed = np.tile(np.asarray(self.seeds), len(self.groups))
