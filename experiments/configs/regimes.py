@@ -88,7 +88,6 @@ def apply(config: ml_collections.ConfigDict, name: str, model: str | None = None
   target.regime = name
 
 
-
 def check(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError where config.regime, or a model kind's, names no regime of REGIMES."""
   named = [("regime", config.regime)] + [

@@ -361,7 +361,7 @@ def write_report(workdir: str) -> str:
            + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "
            f"{results['backend']} device(s).", ""]
   provenance = results.get("provenance")
-  if provenance:  # results.json since schema_version 2
+  if provenance:  # null for runs made before it was recorded; a join has none
     commit = (provenance["commit"] or "unknown")[:7]
     lines += [f"Made by `{provenance['command']}` at commit {commit}"
               + (" (with uncommitted changes)" if provenance.get("uncommitted_changes") else "")
