@@ -12,8 +12,7 @@ from inverse_depth.workdir import RESULTS_FILE, read_results
 def grid_label(fit: dict) -> str:
   """'softmax, top-2, (a,b)=(0,0.5), lr 0.003': a fit record's grid in words."""
   task = f"top-{fit['k']}" if fit["task"] == "topk" else "top-1"
-  rate = f", lr {fit['learning_rate']:g}" if "learning_rate" in fit else ""
-  return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g}){rate}"
+  return f"{fit['model']}, {task}, (a,b)=({fit['a']:g},{fit['b']:g}), lr {fit['learning_rate']:g}"
 
 
 def load_results(root: str, names) -> dict[str, dict]:

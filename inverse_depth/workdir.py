@@ -86,8 +86,8 @@ def _refuse_foreign_directory(workdir: str, advice: str) -> None:
 def check_workdir(config_dict: dict, workdir: str) -> None:
   """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
   or a non-empty directory that is not an experiment workdir. Fields in
-  config.RUNTIME_FIELDS and config.LABEL_FIELDS may differ; a field of config.FIELDS_ADDED_LATER missing from the
-  saved config counts as its earlier value."""
+  config.RUNTIME_FIELDS and config.LABEL_FIELDS may differ; a field of
+  config.FIELDS_ADDED_LATER missing from the saved config counts as its earlier value."""
   _refuse_foreign_directory(workdir, "Choose a new --workdir.")
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
