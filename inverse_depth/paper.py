@@ -52,6 +52,13 @@ APPENDIX_C_STATEMENTS = {
 }
 
 
+# The paper's words on each appendix C claim, as FINDINGS quotes them (claims.APPENDIX_C keys).
+APPENDIX_C_WORDS = {"C.1": "similar scaling signals", "C.2": "similar scaling signals",
+                    "C.3 top-2": "keeps an inverse-depth trend",
+                    "C.3 top-16": "loses it (m near -2.3)",
+                    "looped": "an open question: loss against depth and parameters"}
+
+
 def appendix_c_trend(model: str, k: int) -> str | None:
   """What the paper says of a grid's depth trend in appendix C: "law" (approximately inverse
   depth: the controlled model, C.1, C.2, C.3 at top-2), "saturates" (the trend is lost: C.3 at

@@ -2,7 +2,7 @@
 
 import os
 
-from inverse_depth import checks
+from inverse_depth import checks, claims
 from inverse_depth.report import findings
 from tests import REPO
 
@@ -34,3 +34,15 @@ def test_regime_names_are_read_from_the_config_not_guessed():
                 model_overrides=dict(linear=dict(regime="linear_gradient_descent")))
   assert findings.regime_name(config) == "`sgd_stationary`"
   assert findings.regime_name(config, "linear") == "`linear_gradient_descent`"
+
+
+def test_every_claim_reads_committed_results_and_is_decided_by_checks():
+  """Each claim of inverse_depth.claims names folders that are committed, and what it
+  measures there is decided by checks.Check objects (or says why it cannot be)."""
+  for claim in claims.CLAIMS:
+    for folder in claim.folders:
+      assert os.path.exists(os.path.join(REPO, folder, "results.json")), (claim.text, folder)
+    finding = claim.measure(REPO)
+    assert finding is not None, claim.text
+    assert all(isinstance(check, checks.Check) for check in finding.checks), claim.text
+    assert finding.checks or finding.verdict, claim.text

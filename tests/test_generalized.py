@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import smoke
-from inverse_depth import analysis, checks, diagnostics, experiment, records, tasks
+from inverse_depth import analysis, checks, claims, diagnostics, experiment, records, tasks
 from inverse_depth.report import generalized_report
 from inverse_depth import config as config_lib
 from inverse_depth.grid import GridLayout, InitScales, init_grid, init_model, model_key
@@ -609,7 +609,7 @@ STEEP = [2 + 1 / 4 ** i for i in range(6)]  # alpha = 2
 ])
 def test_claim_status_needs_the_controlled_models_law(variant, control, paper_finds_law,
                                                       expected):
-  status, found = generalized_report.claim_status(
+  status, found = claims.appendix_status(
       variant and _grid_fit("single_stream", 2, variant),
       control and _grid_fit("softmax", 2, control), paper_finds_law)
   assert status == expected
@@ -627,8 +627,8 @@ def test_every_sgd_regime_variant_validates_and_trains_its_kinds():
     config_lib.validate(config)
     assert (config.optimizer, config.schedule) == ("sgd", "constant")
     kinds[name] = {spec.model: spec for spec in config_lib.grid_specs(config)}
-  for key, _, model, _, _ in generalized_report.CLAIMS:
-    run, control = generalized_report.CLAIM_RUNS[generalized_report.SGD_ROOT][key]
+  for key, _, model, _ in claims.APPENDIX_C:
+    run, control = claims.APPENDIX_C_RUNS[claims.SGD_GENERALIZED][key]
     assert model in kinds[run] and "softmax" in kinds[control], key
   assert kinds["looped"]["looped"].loop_group == 0 and kinds["looped4"]["looped"].loop_group == 4
   assert kinds["context_updates_top16"]["context_updates"].problem.k == 16

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, paper, records, theory
+from inverse_depth import analysis, claims, paper, records, theory
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt, run_report
@@ -37,7 +37,7 @@ REGIME_RUNS = (("constant-step SGD at its stationary state (regimes.SGD_STATIONA
 
 # Tables 1, 4 and 5 trained in the SGD law's regime (experiments/configs/sgd_table*.py),
 # committed as one folder of workdirs; the combined report's second section.
-SGD_TABLES_ROOT = "results/sgd_tables"
+SGD_TABLES_ROOT = claims.SGD_TABLES
 SGD_TABLE_RUNS = (("table1", "experiments/configs/sgd_table1.py"),
                   ("table4", "experiments/configs/sgd_table4.py"),
                   ("table4_top16", "experiments/configs/sgd_table4_top16.py"))
@@ -84,7 +84,6 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
             "linear floor | paper | diff | theory T - h^T G^+ h | "
             "linear floor vs its L = 2 loss (same measure) |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
-  checks = []
   soft = {(f["a"], f["b"]): f for f in records.fits_of(results, "softmax")}
   lin = {(f["a"], f["b"]): f for f in records.fits_of(results, "linear")}
   for key in sorted(set(soft) | set(lin), key=lambda ab: (ab[0], ab[1])):
@@ -103,14 +102,10 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
       if model == "softmax":
         cells += [f"{bound['single']:.4g} +- {bound['single_se']:.2g}" if bound else "-",
                   f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}" if bound else "-"]
-        checks.append(checks_lib.softmax_floor(fit, runs))
       else:
         flat, _ = checks_lib.linear_depth_change(fit, runs)
         cells += [f"{bound['floor']:.4g} +- {bound['floor_se']:.2g}" if bound else "-",
                   f"{100 * flat:+.2f}%"]
-        checks += [checks_lib.linear_flat(fit, runs), checks_lib.table1_linear_floor(fit, runs)]
-        if key in soft:
-          checks.append(checks_lib.softmax_below_linear(soft[key], fit, runs))
     lines.append("| " + " | ".join(cells) + " |")
   lines += ["", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a "
             "depth law, else the deepest clean loss (shown; only a fitted L0 is checked against "
@@ -118,7 +113,7 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
             "plateau; its fit has no depth dependence to resolve), averaged exactly over beta "
             "where the run recorded it (Table 3). Theory columns: "
             "`theory.softmax_bound` and `theory.linear_floor` on the run's own contexts."]
-  return lines, [check for check in checks if check is not None]
+  return lines, claims.table1_checks(results)
 
 
 def _slope(depths, losses) -> float:
@@ -136,13 +131,11 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
   lines += ["| (a, b) | zeta | alpha (ours) | R^2 | 2 zeta | paper alpha | diff | between zeta "
             "and 2 zeta? | slope of L unit steps, same depths | slope of the best polynomial, "
             "same depths | losses by depth |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-  checks = []
   d = results["runs"][0]["d"] if results["runs"] else None
   for fit in records.fits_of(results, "linear"):
     a, b, depths = fit["a"], fit["b"], fit["depths"]
     z = theory.zeta(a, b)
     alpha = fit["alpha"] if fit["resolved"] else float("nan")
-    band = checks_lib.table2_exponent_band(fit)
     target = paper.TABLE2_ALPHA.get((a, b))
     repeated = _slope(depths, [theory.repeated_update_risk(d=d, a=a, b=b, depth=int(L))
                                for L in depths])
@@ -151,18 +144,18 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
     lines.append(f"| ({a:g}, {b:g}) | {z:.3g} | {alpha:.3f} +- "
                  f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {2 * z:.3g} | "
                  f"{target if target else '-'} | {_percent(alpha, target)} | "
-                 f"{'yes' if band.passed else 'no'} | {repeated:.2f} | "
+                 f"{'yes' if checks_lib.table2_exponent_band(fit).passed else 'no'} | "
+                 f"{repeated:.2f} | "
                  f"{best:.2f} | "
                  + ", ".join(f"{L:g}: {R:.3g}" for L, R in zip(depths, fit["losses"]))
                  + " |")
-    checks.append(band)
   lines += ["", f"zeta and 2 zeta bound the exponent as L and d grow. On the run's own depths "
             f"and d = {d}, theory gives the two slopes beside them: L identical unit steps of "
             "gradient descent (`theory.repeated_update_risk`) and the best degree-L residual "
             "polynomial on the d eigenvalues (`theory.optimal_polynomial_risk`, the lowest loss a "
             "depth-L model can reach as P grows). A model that starts as the first and trains "
             "towards the second has a slope between them."]
-  return lines, checks
+  return lines, claims.table2_checks(results)
 
 
 def table3_section(linear_grids: list[tuple[dict, list[dict]]]
@@ -175,7 +168,6 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   lines += ["| k | (a, b) | theory T - h^T G^+ h | trained: loss averaged over beta (deepest L) "
             "| diff | trained: held-out MSE | floor at this P (S^r q) | diff | paper theory | "
             "paper trained |", "|---|---|---|---|---|---|---|---|---|---|"]
-  checks = []
   for fit, runs in linear_grids:
     bound = fit.get("bound")
     if not bound:
@@ -197,7 +189,6 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
                  f"{averaged_diff} | {held_out:.4g} +- {held_out_se:.2g} | "
                  f"{at_this_P} | {run_report.value_or_dash(quoted.get('theory'))} | "
                  f"{run_report.value_or_dash(quoted.get('trained'))} |")
-    checks.append(checks_lib.linear_theory(fit, runs))
   lines += ["", "Trained: the loss of the deepest clean model averaged exactly over the task "
             "vector beta on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = "
             "(U w - t)^T Omega (U w - t) with w = d y_hat / d y (the model is linear in the "
@@ -212,7 +203,7 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
             "the trained P, and the two differ most when k/P is large and the spectrum flat. "
             "results/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and 8192; its "
             "README gives both floors and the trained loss at each P."]
-  return lines, checks
+  return lines, claims.table3_checks(linear_grids)
 
 
 def table4_section(table_results: list[dict | None]) -> list[str]:
@@ -315,7 +306,6 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
     return lines + [f"Not run (no results under {SGD_TABLES_ROOT})."], []
   lines += [f"Committed runs under `{SGD_TABLES_ROOT}/` (one workdir each, with its report.md):",
             ""] + [f"- {_run_line(name, results)}" for name, results in tables.items()]
-  found = []
   table1 = tables.get("table1")
   if table1:
     lines += ["", "### Table 1: fitted softmax floors (top-2)", "",
@@ -332,10 +322,6 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
                    + (f"{bound['single']:.4g} +- {bound['single_se']:.2g} | "
                       f"{_percent(L0, bound['single'])}" if bound else "- | -")
                    + f" | {loss:.4g} (L={depth}) |")
-      runs = records.runs_of(table1, fit)
-      found += [check for check in (checks_lib.window_drift(fit, runs),
-                                    checks_lib.softmax_floor(fit, runs),
-                                    checks_lib.depth_law(fit, runs)) if check]
     lines += ["", "### Table 5: gap fit L0 - C_L = c L^-alpha (Table 1 spectra)", "",
               "| (a, b) | gap alpha (L0 held at its fit; se of the slope) | R^2 | depths | "
               "local slopes | C_L by depth | C_L, last doubling | A_L - C_L by depth | "
@@ -355,20 +341,16 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
                    f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
                    f"{per_depth[1]} | "
                    f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%} |")
-      found += [check for check in (checks_lib.table5_gap_exponent(fit, gap, runs),
-                                    checks_lib.levels_off(fit, "shared_error"),
-                                    checks_lib.levels_off(fit, "disagreement")) if check]
     low, high = paper.TABLE5_ALPHA_RANGE
     lines += ["", f"Paper: gap alpha {low}-{high} for all seven spectra, C_L and A_L - C_L "
               "levelling off."]
-  table4_fits = [(fit, records.runs_of(tables[name], fit))
-                 for name in ("table4", "table4_top16") if name in tables
-                 for fit in records.fits_of(tables[name], "softmax")]
+  table4_fits = [fit for name in ("table4", "table4_top16")
+                 for fit in records.fits_of(tables.get(name), "softmax")]
   if table4_fits:
     lines += ["", "### Table 4: depth exponents", "",
               "| k | (a, b) | fitted L0 | alpha | R^2 | paper alpha | (ours - paper) / se | "
               "R_L by depth |", "|---|---|---|---|---|---|---|---|"]
-    for fit, runs in table4_fits:
+    for fit in table4_fits:
       target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
       distance = ((fit["alpha"] - target) / fit["alpha_se"] if fit["resolved"] and target
                   else float("nan"))
@@ -376,10 +358,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
       lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {_fit_cells(fit)} | "
                    f"{run_report.value_or_dash(target)} | "
                    f"{f'{distance:+.1f}' if np.isfinite(distance) else '-'} | {curve} |")
-      found += [check for check in (checks_lib.window_drift(fit, runs),
-                                    checks_lib.table4_exponent(fit, runs),
-                                    checks_lib.depth_law(fit, runs)) if check]
-  found += [checks_lib.clean_run(results["runs"]) for results in tables.values()]
+  found = claims.sgd_table_checks(tables)
   lines += ["", checks_lib.header_line(found), ""]
   lines += [checks_lib.check_line(check) for check in found]
   lines += ["", checks_lib.tolerances_line()]
@@ -473,7 +452,6 @@ def easy_section(results: dict | None,
     if "selected_mass" in record:
       last_mass[record["model"], record["a"], record["b"]] = np.mean(record["selected_mass"],
                                                                       axis=0)
-  checks = []
   for fit in results["fits"]:
     runs = records.runs_of(results, fit)
     second = np.mean([r["target_second_moment"] for r in runs])
@@ -482,10 +460,7 @@ def easy_section(results: dict | None,
     for L, R in zip(fit["depths"], fit["losses"]):
       mass_text = f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"
       lines.append(f"| {fit['model']} | {int(L)} | {R:.4g} | {second:.4g} | {mass_text} |")
-    easy = checks_lib.easy_task(fit, runs)
-    if easy is not None:
-      checks.append(easy)
-  return lines, checks
+  return lines, claims.easy_checks(results)
 
 
 # --- figures ----------------------------------------------------------------------------------

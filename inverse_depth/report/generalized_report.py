@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, checks, evaluation, paper, records
+from inverse_depth import analysis, checks, claims, evaluation, paper, records
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
 
@@ -30,94 +30,22 @@ SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},{tier
                  for name, tier in (("top2", "short"), ("looped", "short"), ("looped4", "short"),
                                     ("context_updates", "short16"),
                                     ("context_updates_top16", "short16")))
-# Committed roots of the two regimes' runs, from the repository root.
-ANNEALED_ROOT = "results/generalized"
-SGD_ROOT = "results/sgd_generalized"
-
-# Appendix C claims: (key, claim, model kind, the paper's words, what the paper finds: True
-# the law, False its absence, None no claim).
-CLAIMS = (
-    ("C.1", "C.1 single stream keeps the trend", "single_stream", "similar scaling signals", True),
-    ("C.2", "C.2 per-layer values keep the trend", "per_layer_values", "similar scaling signals",
-     True),
-    ("C.3 top-2", "C.3 context updates, top-2: the trend stays", "context_updates",
-     "keeps an inverse-depth trend", True),
-    ("C.3 top-16", "C.3 context updates, top-16: the trend goes", "context_updates",
-     "loses it (m near -2.3)", False),
-    ("looped", "looped (tied) layers", "looped", "an open question: loss against depth and "
-     "parameters", None),
-)
-# Per regime: claim key -> (run holding the variant, run holding its controlled model).
-CLAIM_RUNS = {
-    ANNEALED_ROOT: {"C.1": ("single_stream", "generalized"), "C.2": ("generalized", "generalized"),
-                    "C.3 top-2": ("generalized", "generalized"),
-                    "C.3 top-16": ("depth_law_top16", "depth_law_top16"),
-                    "looped": ("looped", "looped")},
-    SGD_ROOT: {"C.1": ("top2", "top2"), "C.2": ("top2", "top2"),
-               "C.3 top-2": ("context_updates", "context_updates"),
-               "C.3 top-16": ("context_updates_top16", "context_updates_top16"),
-               "looped": ("looped", "looped")},
-}
-
-
-REGIME_NAMES = {ANNEALED_ROOT: "annealed Adam", SGD_ROOT: "constant-step SGD"}
-
-
-def claim_fits(base: str, regime: str, key: str, model: str) -> tuple[dict | None, dict | None]:
-  """(the variant's fit, its controlled model's fit) of one claim in one regime's runs
-  (`regime`: a key of CLAIM_RUNS, under the repository root `base`); None where a run is
-  missing."""
-  run, control_run = CLAIM_RUNS[regime][key]
-  found = records.load_results(os.path.join(base, regime), sorted({run, control_run}))
-  variant = records.fits_of(found.get(run), model)
-  control = records.fits_of(found.get(control_run), "softmax")
-  if control:  # the law check of the controlled model needs its run records (window drift)
-    control = [dict(control[0], runs=records.runs_of(found[control_run], control[0]))]
-  return (variant[0] if variant else None), (control[0] if control else None)
-
-
-def claim_status(variant: dict | None, control: dict | None,
-                 paper_finds_law: bool | None) -> tuple[str, list[checks.Check]]:
-  """Whether an appendix C claim holds in one regime: "holds" or "fails" with the check that
-  decided it (checks.depth_trend on the variant, the paper's approximately inverse-depth
-  trend; checks.depth_trend_lost where the paper finds the trend lost: a fall steeper than
-  the trend's range does not lose it), or "not run", "no claim", "not
-  testable" (the controlled model of the same run fails checks.depth_law, with its run
-  records `control["runs"]` where claim_fits attached them: it shows no law, or is not
-  stationary, so the variant has none to keep) with no check."""
-  if variant is None:
-    return "not run", []
-  if paper_finds_law is None:
-    return "no claim", []
-  if control is None or not checks.depth_law(control, control.get("runs")).passed:
-    return "not testable", []
-  found = checks.depth_trend(variant) if paper_finds_law else checks.depth_trend_lost(variant)
-  return ("holds" if found.passed else "fails"), [found]
-
-
-def law_text(fit: dict, floor_note: str = "") -> str:
-  """A grid's fit in one phrase (`floor_note` follows the fitted L0)."""
-  if not fit["resolved"]:
-    return f"no law resolved; R_L {fit['losses'][0]:.3g} -> {fit['losses'][-1]:.3g}"
-  return (f"alpha {fit['alpha']:.2f} +- {fit['alpha_se']:.2g}, L0 {fit['L0']:.4g}{floor_note}, "
-          f"R^2 {fit['r2']:.3f}")
-
-
 def regime_claims(base: str = ".") -> list[str]:
-  """Per appendix C claim, its status in each regime of CLAIM_RUNS (runs under the
-  repository root `base`) with the variant's and the controlled model's fits, and in which
-  regimes it holds."""
-  names = [REGIME_NAMES[regime] for regime in CLAIM_RUNS]
+  """Per appendix C claim (claims.APPENDIX_C), its status in each regime of
+  claims.APPENDIX_C_RUNS (runs under the repository root `base`) with the variant's and the
+  controlled model's fits, and in which regimes it holds."""
+  names = [claims.REGIME_NAMES[regime] for regime in claims.APPENDIX_C_RUNS]
   lines = ["| claim | the paper | " + " | ".join(names) + " | holds in |",
            "|---|---|" + "---|" * len(names) + "---|"]
-  for key, claim, model, paper_text, paper_finds_law in CLAIMS:
+  for key, claim, model, k in claims.APPENDIX_C:
+    paper_finds_law = claims.paper_finds_law(model, k)
     cells, statuses = [], {}
-    for regime, name in zip(CLAIM_RUNS, names):
-      variant, control = claim_fits(base, regime, key, model)
-      statuses[name], _ = claim_status(variant, control, paper_finds_law)
+    for regime, name in zip(claims.APPENDIX_C_RUNS, names):
+      variant, control = claims.appendix_fits(base, regime, key, model)
+      statuses[name], _ = claims.appendix_status(variant, control, paper_finds_law)
       cells.append(statuses[name] if variant is None else
-                   f"{statuses[name]}: {law_text(variant)}"
-                   + (f" (controlled: {law_text(control)})" if control else ""))
+                   f"{statuses[name]}: {claims.law_text(variant)}"
+                   + (f" (controlled: {claims.law_text(control)})" if control else ""))
     holds = [name for name in names if statuses[name] == "holds"]
     fails = [name for name in names if statuses[name] == "fails"]
     if paper_finds_law is None:
@@ -129,7 +57,8 @@ def regime_claims(base: str = ".") -> list[str]:
     else:
       where = "not resolved: " + ", ".join(f"{status} in {name}"
                                            for name, status in statuses.items())
-    lines.append(f"| {claim} | {paper_text} | " + " | ".join(cells) + f" | {where} |")
+    lines.append(f"| {claim} | {paper.APPENDIX_C_WORDS[key]} | " + " | ".join(cells)
+                 + f" | {where} |")
   return lines
 
 
@@ -361,10 +290,11 @@ def plot_looped(all_results: dict[str, dict], path: str) -> bool:
 
 def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of `runs` under ROOT
-  and, for the claims in both regimes, of CLAIM_RUNS under the repository root `base`."""
+  and, for the claims in both regimes, of claims.APPENDIX_C_RUNS under the repository root `base`."""
   names = [name for name, _, _ in runs]
   all_results, metrics, figures = combined_report.load_root(root, names)
-  regime = REGIME_NAMES.get(SGD_ROOT if runs == SGD_RUNS else ANNEALED_ROOT)
+  regime = claims.REGIME_NAMES[claims.SGD_GENERALIZED if runs == SGD_RUNS
+                               else claims.ANNEALED_GENERALIZED]
   lines = [f"# Generalised models and looped layers: {regime} runs", "",
            "Every number comes from the runs under this directory (one experiment workdir each, "
            "with its own report.md). " + combined_report.run_times_sentence(all_results, names),
