@@ -61,6 +61,14 @@ def _spectrum(fit: dict) -> str:
   return f"({fit['a']:g}, {fit['b']:g})"
 
 
+def decided_fit(fit: dict, runs: list[dict] | None) -> dict:
+  """The fit the law, floor and Table 4 checks decide on (`checks.law_fits` "primary":
+  weighted over the fit record's depths), or the fit record marked unresolved where that
+  resolves nothing."""
+  primary = checks.law_fits(fit, runs)["primary"]
+  return primary if primary is not None and primary["resolved"] else dict(fit, resolved=False)
+
+
 def law_text(fit: dict, floor_note: str = "") -> str:
   """A grid's fit in one phrase (`floor_note` follows the fitted L0)."""
   if not fit["resolved"]:
@@ -128,6 +136,21 @@ def easy_checks(results: dict) -> list[checks.Check]:
   """One softmax layer solves the easy task."""
   found = [checks.easy_task(fit, _runs(results, fit)) for fit in results["fits"]]
   return [check for check in found if check is not None]
+
+
+def table4_checks(table_results: list[dict | None]) -> list[checks.Check]:
+  """Per softmax grid of the Table 4 runs (None for a missing run) with a Table 4 entry: its
+  exponent against the paper's."""
+  found = [checks.table4_exponent(fit, _runs(results, fit)) for results in table_results
+           for fit in records.fits_of(results, "softmax")]
+  return [check for check in found if check is not None]
+
+
+def table5_checks(results: dict) -> list[checks.Check]:
+  """Per softmax grid of a Table 1 run: its gap exponent against the paper's range."""
+  return [checks.table5_gap_exponent(fit, checks.gap_fit(fit, _runs(results, fit)),
+                                     _runs(results, fit))
+          for fit in records.fits_of(results, "softmax")]
 
 
 def sgd_table_checks(tables: dict[str, dict]) -> list[checks.Check]:
@@ -249,15 +272,19 @@ def _table1_law(folder: str, root: str) -> Finding | None:
   if results is None:
     return None
   fits = records.fits_of(results, "softmax")
+  decided = [decided_fit(fit, _runs(results, fit)) for fit in fits]
   return Finding(", ".join(
       f"{_spectrum(fit)} "
-      + (f"{fit['alpha']:.2f} (R^2 {fit['r2']:.3f})" if fit["resolved"] else "none")
-      for fit in fits), [checks.depth_law(fit, _runs(results, fit)) for fit in fits])
+      + (f"{found['alpha']:.2f} (R^2 {found['r2']:.3f})" if found["resolved"] else "none")
+      for fit, found in zip(fits, decided)) + " (weighted fits)",
+      [checks.depth_law(fit, _runs(results, fit)) for fit in fits])
 
 
-def _floor_text(fit: dict) -> str:
+def _floor_text(fit: dict, runs: list[dict]) -> str:
+  """The weighted fit's L0 (the one the floor check decides on) against the paper's."""
   target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
-  return (f"{checks.relative(fit['L0'], target):+.1%}" if fit["resolved"] and target
+  found = decided_fit(fit, runs)
+  return (f"{checks.relative(found['L0'], target):+.1%}" if found["resolved"] and target
           else "no fit")
 
 
@@ -268,8 +295,8 @@ def _table1_softmax_floor(folder: str, root: str) -> Finding | None:
   fits = records.fits_of(results, "softmax")
   found = [check for fit in fits for check in [checks.softmax_floor(fit, _runs(results, fit))]
            if check]
-  return Finding("L0 vs paper: " + ", ".join(f"{_spectrum(fit)} {_floor_text(fit)}"
-                                             for fit in fits), found)
+  return Finding("L0 vs paper (weighted fits): " + ", ".join(
+      f"{_spectrum(fit)} {_floor_text(fit, _runs(results, fit))}" for fit in fits), found)
 
 
 def _table1_linear(claim: str, root: str) -> Finding | None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import tables
-from inverse_depth import analysis, config as config_lib, experiment, records
+from inverse_depth import analysis, checks, config as config_lib, experiment, records
 from inverse_depth.report import combined_report, run_report
 from inverse_depth.config import ConfigError
 from tests import REPO, tiny
@@ -114,51 +114,42 @@ def test_combined_report(reproduction_root):
     assert os.path.isfile(os.path.join(reproduction_root, "figures", figure + ".png")), figure
 
 
-def test_table4_section_prints_the_depth_range_the_bounds_and_the_run_regime():
-  """Each row shows R_L from L = 1 to the deepest clean depth with its change in %, the
-  cosine bounds, and the explanation names the regime the runs trained in."""
-  fit = dict(model="softmax", k=2, a=0.25, b=0.5, resolved=False, verdict="flat",
-             depths=[1.0, 2.0, 4.0], losses=[0.50, 0.49, 0.48],
-             bound=dict(single=0.505, mixture=0.495))
+def test_table4_rows_print_the_fit_the_check_decides_on_and_the_run_regime():
+  """A Table 4 row shows the weighted fit checks.table4_exponent decides on (not the fit
+  record's own numbers), its distance from the paper's exponent in that fit's standard errors,
+  R_L by depth and the cosine bounds; the section names the regime the runs trained in."""
+  depths = [1.0, 2.0, 4.0, 8.0, 16.0]
+  losses = [0.5 + 0.3 / L * (1 + 0.01 * (-1) ** i) for i, L in enumerate(depths)]
+  fit = dict(model="softmax", task="topk", k=2, a=0.25, b=0.5, resolved=True, verdict="law",
+             depths=depths, losses=losses, L0=9.0, L0_se=0.1, alpha=5.0, alpha_se=0.1, r2=0.5,
+             bound=dict(single=0.805, mixture=0.795))
   config = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3, max_steps=24000,
                 optimizer="adam", schedule="cosine")
-  lines = combined_report.table4_section([dict(fits=[fit], config=config), None])
+  lines = combined_report.table4_section([dict(fits=[fit], runs=[], config=config), None])
   row = next(line for line in lines if line.startswith("| 2 | (0.25, 0.5) |"))
-  assert "| flat |" in row and "| 0.93 |" in row
-  assert "0.5 -> 0.48 (L=4, -4.0%) | 0.505 | 0.495 |" in row
+  decided = checks.law_fits(fit, [])["primary"]
+  distance = (decided["alpha"] - 0.93) / decided["alpha_se"]
+  assert f"| {decided['alpha']:.2f} +- {decided['alpha_se']:.2g} |" in row
+  assert "5.00" not in row and "| 0.93 |" in row and f"| {distance:+.1f} |" in row
+  assert row.endswith("16: 0.5189 | 0.805 | 0.795 |")
   assert ("random query/key start (scale 0.3) with adam at learning rate 0.001 (cosine "
           "schedule) for 24000 steps") in lines[-1]
   assert combined_report.table4_section([None, None])[-1].startswith("| - | - | not run")
 
 
-def test_table5_reading_follows_the_gap_fits_it_sits_under():
-  """The paragraph under Table 5 is read from the numbers: an exponent within two standard
-  errors of the paper's range agrees; otherwise it says how the gap closes and counts the
-  spectra whose C_L and A_L - C_L still rise over the last doubling."""
-  nan = float("nan")
-  rising = dict(shared_error=[nan, 1.0, 1.2], disagreement=[nan, 0.5, 0.4], resolved=False)
-  settled = dict(shared_error=[nan, 1.0, 0.9], disagreement=[nan, 0.5, 0.6], resolved=False)
-  slow = [dict(alpha=0.40, alpha_se=0.04), dict(alpha=0.45, alpha_se=0.05)]
-  text = combined_report.table5_reading([rising, settled], slow)
-  assert text.startswith("Why ours differ: the gap exponents here are 0.40-0.45")
-  assert "closes more slowly than 1/L in 2 of 2 fits" in text
-  assert "C_L still rises in 1 of 2 spectra and the disagreement A_L - C_L in 1 of 2" in text
-  assert "measured from the best single cosine layer" in text  # neither fit resolved L0
-  resolved = [dict(rising, resolved=True)]
-  assert "best single cosine layer" not in combined_report.table5_reading(resolved, slow)
-  near = [dict(alpha=0.90, alpha_se=0.05), dict(alpha=1.05, alpha_se=0.04)]
-  assert "agree with the paper's" in combined_report.table5_reading([rising], near)
-  assert "faster than 1/L in 1 of 1" in combined_report.table5_reading(
-      [rising], [dict(alpha=1.5, alpha_se=0.1)])
-  assert combined_report.table5_reading([rising], []).startswith("No gap fit resolves")
-  assert combined_report.table5_section(None)[-1].startswith("Not run")  # no reading of nothing
-  lost = dict(alpha=0.96, alpha_se=float("inf"))  # L0's error leaves fewer than two gaps
-  mixed = combined_report.table5_reading([rising], slow + [lost])
-  assert "in 2 of 3 fits" in mixed and "In 1 of 3 fits the exponent is not determined" in mixed
-  alone = combined_report.table5_reading([rising], [lost])
-  assert alone.startswith("No gap exponent comes with an error") and "one standard" in alone
-  two_gaps = combined_report.table5_reading([rising], slow + [dict(alpha=1.0, alpha_se=np.nan)])
-  assert "1 of 3 fits have no error estimate" in two_gaps and "L0 leaves" not in two_gaps
+def test_table5_rows_print_the_gap_fit_the_check_decides_on():
+  """Table 5's rows show checks.gap_fit (L0 held at its weighted fit, the slope's se) and its
+  local slopes: a gap closing as 1/L reads alpha 1.00 and a power law."""
+  depths = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+  L0, nan = 2.0, float("nan")
+  fit = dict(model="softmax", task="topk", k=2, a=0.0, b=0.0, resolved=True, depths=depths,
+             losses=[L0 + 1.0 / L for L in depths], L0=L0, L0_se=0.01, alpha=1.0,
+             alpha_se=0.01, r2=1.0, shared_error=[nan] + [L0 - 0.5 / L for L in depths[1:]],
+             disagreement=[nan] + [1.0] * 5)
+  lines = combined_report.table5_section(dict(fits=[fit], runs=[]))
+  row = next(line for line in lines if line.startswith("| (0, 0) |"))
+  assert "| 1.00 +- " in row and "(a power law)" in row
+  assert combined_report.table5_section(None)[-1].startswith("Not run")
 
 
 @pytest.mark.parametrize("name", ["table5", "selection"])

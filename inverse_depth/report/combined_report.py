@@ -206,41 +206,77 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   return lines, claims.table3_checks(linear_grids)
 
 
+def table4_lines(table_results: list[dict | None]) -> list[str]:
+  """Table 4 rows of every softmax grid of `table_results` (None for a run not finished): the
+  weighted fit the Table 4 check decides on (`checks.law_fits` "primary") beside the paper's
+  exponent and its distance in the fit's standard errors, R_L by depth, and the best single
+  and mixed cosine layers (the range a fit has to work with)."""
+  lines = ["| k | (a, b) | fitted L0 | alpha | R^2 | paper alpha | (ours - paper) / se | "
+           "R_L by depth | best single cosine layer | best mixture |", "|---" * 10 + "|"]
+  grids = [(fit, records.runs_of(results, fit)) for results in table_results
+           for fit in records.fits_of(results, "softmax")]
+  if not grids:
+    return lines + ["| - | - | not run |" + " - |" * 7]
+  for fit, runs in grids:
+    decided = claims.decided_fit(fit, runs)
+    target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
+    distance = (f"{(decided['alpha'] - target) / decided['alpha_se']:+.1f}"
+                if decided["resolved"] and target else "-")
+    curve = ", ".join(f"{L:g}: {R:.4g}" for L, R in zip(fit["depths"], fit["losses"]))
+    bound = fit.get("bound") or {}
+    lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | "
+                 f"{_fit_cells(decided)} | "
+                 f"{run_report.value_or_dash(target)} | {distance} | {curve} | "
+                 + " | ".join(f"{bound[key]:.4g}" if bound.get(key) else "-"
+                              for key in ("single", "mixture")) + " |")
+  return lines
+
+
+def table5_lines(results: dict | None) -> list[str]:
+  """Table 5 rows of a Table 1 run's softmax grids: the gap fit the Table 5 check decides on
+  (`checks.gap_fit`: L0 held at its weighted fit, the slope's standard error, its local
+  slopes), the same gap measured from the best single cosine layer instead of the fitted
+  L0, and C_L and A_L - C_L by depth with their change over the last doubling."""
+  lines = ["| (a, b) | gap alpha (L0 held at its fit; se of the slope) | R^2 | depths | "
+           "local slopes | gap alpha from the best single cosine layer | C_L by depth | "
+           "C_L, last doubling | A_L - C_L by depth | A_L - C_L, last doubling |",
+           "|---" * 10 + "|"]
+  for fit in records.fits_of(results, "softmax"):
+    gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))
+    gap_cells = (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g} | {gap['r2']:.3f} | "
+                 f"{', '.join(f'{L:g}' for L in gap['depths'])} | "
+                 + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
+                 + (" (a power law)" if gap["power_law"] else " (not a power law)")
+                 if gap and np.isfinite(gap["alpha"]) else "no fit | - | - | -")
+    bound = fit.get("bound") or {}
+    single = (analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
+              if bound.get("single") else None)
+    single_cell = (f"{single['alpha']:.2f} +- {single['alpha_se']:.2g}"
+                   if single and np.isfinite(single["alpha"]) else "no fit")
+    per_depth = [", ".join(f"{value:.3f}" for value in fit[field] if np.isfinite(value))
+                 for field in ("shared_error", "disagreement")]
+    lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {gap_cells} | {single_cell} | "
+                 f"{per_depth[0]} | "
+                 f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
+                 f"{per_depth[1]} | "
+                 f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%} |")
+  low, high = paper.TABLE5_ALPHA_RANGE
+  return lines + ["", f"Paper: gap alpha {low}-{high} for all seven spectra, C_L and A_L - C_L "
+                  "levelling off."]
+
+
 def table4_section(table_results: list[dict | None]) -> list[str]:
-  """The softmax fits of the Table 4 runs (top-2 and top-16; None for a run not finished)
-  beside the paper's exponents, with the range the fit had to work with: R_L from L = 1 to
-  the deepest clean depth, and the best single cosine layer and mixture of cosine layers."""
-  header = ["## Table 4: softmax depth exponents", "",
-            "| k | (a, b) | alpha (ours) | R^2 | L0 | paper alpha | diff | R_L, L = 1 -> deepest "
-            "| best single cosine layer | best mixture |", "|---" * 10 + "|"]
-  rows = []
-  for results in table_results:
-    for fit in records.fits_of(results, "softmax"):
-      target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
-      if fit["resolved"]:
-        cells = [f"{fit['alpha']:.3f} +- {fit['alpha_se']:.2g}", f"{fit['r2']:.4f}",
-                 f"{fit['L0']:.4g} +- {fit['L0_se']:.2g}", run_report.value_or_dash(target),
-                 _percent(fit["alpha"], target)]
-      else:
-        cells = [str(fit.get("verdict")), "-", "-", run_report.value_or_dash(target), "-"]
-      depth, loss = deepest(fit)
-      span = (f"{fit['losses'][0]:.4g} -> {loss:.4g} (L={depth}, "
-              f"{_percent(loss, fit['losses'][0])})" if depth and fit["depths"][0] == 1 else "-")
-      bound = fit.get("bound") or {}
-      cells += [span] + [f"{bound[key]:.4g}" if bound.get(key) else "-"
-                         for key in ("single", "mixture")]
-      rows.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | " + " | ".join(cells) + " |")
-  if not rows:
-    return header + ["| - | - | not run | - | - | - | - | - | - | - |"]
-  config = next(results["config"] for results in table_results if results)
-  return header + rows + ["", (
+  """The Table 4 runs of `make reproduce` (top-2 and top-16) and the regime they trained in."""
+  lines = ["## Table 4: softmax depth exponents", ""] + table4_lines(table_results)
+  config = next((results["config"] for results in table_results if results), None)
+  if config is None:
+    return lines
+  return lines + ["", (
       f"These runs train from the {config['qk_init']} query/key start (scale "
       f"{config['qk_init_scale']:g}) with {config['optimizer']} at learning rate "
       f"{config['learning_rate']:g} ({config['schedule']} schedule) for {config['max_steps']} "
-      "steps. R_L from L = 1 to the deepest clean depth and the best single and mixed cosine "
-      "layers show the range a fit has to work with. The same spectra in the SGD law's regime "
-      "are in the section \"Tables 1, 4 and 5 under constant-step SGD\"; FINDINGS.md says "
-      "which reproduce.")]
+      "steps. The same spectra in the SGD law's regime are in the section \"Tables 1, 4 and 5 "
+      "under constant-step SGD\"; FINDINGS.md says which reproduce.")]
 
 
 def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
@@ -270,7 +306,7 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
 
 
 def _fit_cells(fit: dict) -> str:
-  """'L0 +- se | alpha +- se | R^2' of a fit record, or its verdict."""
+  """'L0 +- se | alpha +- se | R^2' of a fit, or its verdict."""
   if not fit["resolved"]:
     return f"{fit.get('verdict')} | - | -"
   return (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} | {fit['alpha']:.2f} +- "
@@ -309,55 +345,26 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
   table1 = tables.get("table1")
   if table1:
     lines += ["", "### Table 1: fitted softmax floors (top-2)", "",
-              "| (a, b) | fitted L0 | alpha | R^2 | paper L0 | diff | best single cosine layer "
+              "| (a, b) | fitted L0 (weighted, as checked) | alpha | R^2 | paper L0 | diff | "
+              "best single cosine layer "
               "| L0 vs single layer | R_L at the deepest clean depth (shown, not counted) |",
               "|---|---|---|---|---|---|---|---|---|"]
     for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
       bound = fit.get("bound") or {}
       depth, loss = deepest(fit)
-      L0 = fit["L0"] if fit["resolved"] else float("nan")
-      lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {_fit_cells(fit)} | "
+      decided = claims.decided_fit(fit, records.runs_of(table1, fit))
+      L0 = decided["L0"] if decided["resolved"] else float("nan")
+      lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {_fit_cells(decided)} | "
                    f"{run_report.value_or_dash(target)} | {_percent(L0, target)} | "
                    + (f"{bound['single']:.4g} +- {bound['single_se']:.2g} | "
                       f"{_percent(L0, bound['single'])}" if bound else "- | -")
                    + f" | {loss:.4g} (L={depth}) |")
-    lines += ["", "### Table 5: gap fit L0 - C_L = c L^-alpha (Table 1 spectra)", "",
-              "| (a, b) | gap alpha (L0 held at its fit; se of the slope) | R^2 | depths | "
-              "local slopes | C_L by depth | C_L, last doubling | A_L - C_L by depth | "
-              "A_L - C_L, last doubling |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for fit in records.fits_of(table1, "softmax"):
-      runs = records.runs_of(table1, fit)
-      gap = checks_lib.gap_fit(fit, runs)
-      gap_cells = (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g} | {gap['r2']:.3f} | "
-                   f"{', '.join(f'{L:g}' for L in gap['depths'])} | "
-                   + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
-                   + (" (a power law)" if gap["power_law"] else " (not a power law)")
-                   if gap and np.isfinite(gap["alpha"]) else "no fit | - | - | -")
-      per_depth = [", ".join(f"{value:.3f}" for value in fit[field] if np.isfinite(value))
-                   for field in ("shared_error", "disagreement")]
-      lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {gap_cells} | {per_depth[0]} | "
-                   f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
-                   f"{per_depth[1]} | "
-                   f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%} |")
-    low, high = paper.TABLE5_ALPHA_RANGE
-    lines += ["", f"Paper: gap alpha {low}-{high} for all seven spectra, C_L and A_L - C_L "
-              "levelling off."]
-  table4_fits = [fit for name in ("table4", "table4_top16")
-                 for fit in records.fits_of(tables.get(name), "softmax")]
-  if table4_fits:
-    lines += ["", "### Table 4: depth exponents", "",
-              "| k | (a, b) | fitted L0 | alpha | R^2 | paper alpha | (ours - paper) / se | "
-              "R_L by depth |", "|---|---|---|---|---|---|---|---|"]
-    for fit in table4_fits:
-      target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
-      distance = ((fit["alpha"] - target) / fit["alpha_se"] if fit["resolved"] and target
-                  else float("nan"))
-      curve = ", ".join(f"{L:g}: {R:.4g}" for L, R in zip(fit["depths"], fit["losses"]))
-      lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {_fit_cells(fit)} | "
-                   f"{run_report.value_or_dash(target)} | "
-                   f"{f'{distance:+.1f}' if np.isfinite(distance) else '-'} | {curve} |")
+    lines += ["", "### Table 5: gap fit L0 - C_L = c L^-alpha (Table 1 spectra)", ""]
+    lines += table5_lines(table1)
+  if tables.get("table4") or tables.get("table4_top16"):
+    lines += ["", "### Table 4: depth exponents", ""]
+    lines += table4_lines([tables.get("table4"), tables.get("table4_top16")])
   found = claims.sgd_table_checks(tables)
   lines += ["", checks_lib.header_line(found), ""]
   lines += [checks_lib.check_line(check) for check in found]
@@ -366,78 +373,11 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
 
 
 def table5_section(results: dict | None) -> list[str]:
-  """Gap fits L0 - C_L = c L^-alpha: with the run's fitted L0 (the paper's definition) and
-  with L0 = the best single cosine layer of `theory.softmax_bound` (what docs/sizes.md finds the
-  paper's floors to be); then a paragraph read from those fits and C_L, A_L - C_L."""
-  low, high = paper.TABLE5_ALPHA_RANGE
-  lines = ["## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)", "",
-           f"Paper: alpha {low}-{high} for all seven spectra.", "",
-           "| (a, b) | alpha with the fitted L0 | alpha with L0 = best single cosine layer "
-           "(R^2) | C_L by depth |", "|---|---|---|---|"]
+  """Table 5 of the `make reproduce` Table 1 run (table5_lines)."""
+  lines = ["## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)", ""]
   if results is None:
     return lines + ["Not run (no results.json for table1)."]
-  fits, gaps = records.fits_of(results, "softmax"), []
-  for fit in fits:
-    shared = ", ".join(f"{L:g}: {C:.4g}" for L, C in zip(fit["depths"], fit["shared_error"])
-                       if np.isfinite(C))
-    cells = [f"({fit['a']:g}, {fit['b']:g})"]
-    bound = fit.get("bound") or {}
-    for gap in (analysis.gap_fit_of(fit),
-                analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"],
-                                 bound["single_se"]) if bound.get("single") else None):
-      if gap and np.isfinite(gap["alpha"]):
-        gaps.append(gap)
-        cells.append(f"{gap['alpha']:.3f} +- {gap['alpha_se']:.2g} (given L0: +- "
-                     f"{gap['alpha_se_given_L0']:.2g}; L0 {gap['L0']:.4g} +- {gap['L0_se']:.2g}, "
-                     f"R^2 {gap['r2']:.3f}, depths "
-                     f"{', '.join(f'{L:g}' for L in gap['depths'])})")
-      else:
-        cells.append("no fit (no resolved L0, or L0 - C_L > 0 at fewer than two depths)")
-    lines.append("| " + " | ".join(cells + [shared]) + " |")
-  return lines + ["", table5_reading(fits, gaps)]
-
-
-def table5_reading(fits: list[dict], gaps: list[dict]) -> str:
-  """The paragraph under Table 5, read from its gap fits and the C_L, A_L - C_L of `fits`:
-  whether the exponents agree with the paper's range within two standard errors, and if not,
-  how many spectra still have C_L and A_L - C_L rising over the last doubling of depth."""
-  low, high = paper.TABLE5_ALPHA_RANGE
-  if not gaps:
-    return ("No gap fit resolves an exponent here: no resolved floor, and C_L is not below "
-            "the best single cosine layer at two depths or more.")
-  alphas = [gap["alpha"] for gap in gaps]
-  span = f"{min(alphas):.2f}-{max(alphas):.2f}"
-  lost_to_L0 = sum(np.isinf(gap["alpha_se"]) for gap in gaps)
-  no_error = sum(np.isnan(gap["alpha_se"]) for gap in gaps)
-  undetermined = lost_to_L0 + no_error
-  undetermined_text = "".join([
-      f" In {lost_to_L0} of {len(gaps)} fits the exponent is not determined (one standard "
-      "error down in L0 leaves fewer than two positive gaps)." if lost_to_L0 else "",
-      f" {no_error} of {len(gaps)} fits have no error estimate (two positive gaps only, or "
-      "no error on L0)." if no_error else ""])
-  misses = [gap["alpha"] for gap in gaps if np.isfinite(gap["alpha_se"])
-            and abs(checks_lib.gap_exponent_distance(gap)) > checks_lib.EXPONENT_STANDARD_ERRORS]
-  if undetermined == len(gaps):
-    return f"No gap exponent comes with an error here (central values {span}).{undetermined_text}"
-  if not misses:
-    return (f"The gap exponents here ({span}) agree with the paper's {low}-{high} within two "
-            "standard errors (which include the error of L0) wherever they are determined."
-            + undetermined_text)
-  rising_shared = sum(checks_lib.last_doubling_change(fit, "shared_error") > 0 for fit in fits)
-  rising_disagreement = sum(checks_lib.last_doubling_change(fit, "disagreement") > 0 for fit in fits)
-  rate = ("more slowly than" if max(misses) < low else "faster than" if min(misses) > high
-          else "at another rate than")
-  unresolved_floor = (" Where the fitted L0 is not resolved (the Table 4 section says why) the "
-                      "gap is measured from the best single cosine layer."
-                      if any(not fit["resolved"] for fit in fits) else "")
-  return (
-      f"Why ours differ: the gap exponents here are {span}, against the paper's {low}-{high} "
-      "(an exponent near 1 says the shared error C_L, the mean product of two different "
-      "layers' errors, closes half its distance to the floor per doubling of depth): the gap "
-      f"closes {rate} 1/L in {len(misses)} of {len(gaps)} fits. Over the last doubling of "
-      f"depth C_L still rises in {rising_shared} of {len(fits)} spectra and the disagreement "
-      f"A_L - C_L in {rising_disagreement} of {len(fits)}, where the paper finds both "
-      f"levelling off (figure below).{undetermined_text}{unresolved_floor}")
+  return lines + table5_lines(results)
 
 
 def easy_section(results: dict | None,
@@ -651,8 +591,9 @@ def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_
       easy_section(all_results.get("easy"), metrics.get("easy", []))):
     sections += [""] + lines
     checks += found
-  for lines in (table4_section([all_results.get("table4"), all_results.get("table4_top16")]),
-                table5_section(table1),
+  table4_runs = [all_results.get("table4"), all_results.get("table4_top16")]
+  checks += claims.table4_checks(table4_runs) + (claims.table5_checks(table1) if table1 else [])
+  for lines in (table4_section(table4_runs), table5_section(table1),
                 run_report.selection_section(table1)):
     sections += [""] + lines if lines else []
   if all_results:
