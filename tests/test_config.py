@@ -287,9 +287,8 @@ COMMITTED_RUNS = {
         ("m_start", "m_start"), ("m_start_top16", "m_start_top16"),
         ("depth_law_top16", "depth_law_top16"))},
     "generalized/looped": ("looped", None),
-    "sgd_tables/table4": ("sgd_table4", "short"),
-    **{f"sgd_tables/table4_top16/sources/{tier}": ("sgd_table4_top16", tier)
-       for tier in ("stationary", "stationary_deep")},
+    **{f"sgd_tables/{name}/sources/{tier}": (f"sgd_{name}", tier)
+       for name in ("table4", "table4_top16") for tier in ("stationary", "stationary_deep")},
     **{f"sgd_tables/table1/sources/{tier}_{half}": ("sgd_table1", tier, dict(spectra=spectra))
        for tier in ("stationary", "stationary_deep") for half, spectra in TABLE1_SPLIT.items()},
     "sgd_sweep/b256": ("sgd_sweep", "quick"), "sgd_sweep/b1024": ("sgd_sweep", "quick1024"),
