@@ -322,12 +322,9 @@ def train_settings(config) -> TrainSettings:
 
 
 def init_scales(config) -> InitScales:
-  return InitScales(qk_scale=config.qk_init_scale,
-                    qk_depth_exponent=config.qk_init_depth_exponent,
-                    positive_gain=config.positive_gain,
-                    qk_init=config.qk_init, qk_noise=config.qk_init_noise,
-                    W_x_init=config.W_x_init, m_init=config.context_update_m_init,
-                    value_init=config.value_init, W_y_scale=config.W_y_init_scale)
+  """The initialisation fields of a config: InitScales' fields are the config's names."""
+  return InitScales(**{field.name: config[field.name]
+                       for field in dataclasses.fields(InitScales)})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,12 +94,12 @@ class InitScales:
   """Standard deviations of the Gaussian initialisation (choices the paper leaves open:
   docs/regimes.md).
 
-  W_x ~ N(0, 1/d), W_y ~ N(0, W_y_scale^2), W_v and W_o ~ N(0, 1/N). Query and key
-  weights (`qk_init`): "random" draws W_q, W_k ~ N(0, qk_scale^2 / N);
-  "identity" starts every layer near the identity, W_q, W_k = qk_scale I +
-  qk_noise N(0, 1) (the start of the reference code of Bordelon et al.): all
+  W_x ~ N(0, 1/d), W_y ~ N(0, W_y_init_scale^2), W_v and W_o ~ N(0, 1/N). Query and key
+  weights (`qk_init`): "random" draws W_q, W_k ~ N(0, qk_init_scale^2 / N);
+  "identity" starts every layer near the identity, W_q, W_k = qk_init_scale I +
+  qk_init_noise N(0, 1) (the start of the reference code of Bordelon et al.): all
   layers then score by the same cosine of the normalised inputs, with logit
-  ~ qk_scale^2 N cos. With `positive_gain` the sign of W_o is flipped where the
+  ~ qk_init_scale^2 N cos. With `positive_gain` the sign of W_o is flipped where the
   value-readout gain g = W_o W_v W_y starts negative (docs/regimes.md: models
   starting with g < 0 stay on the uniform-attention plateau). `W_x_init`
   "orthogonal" draws W_x = sqrt(N/d) x (orthonormal columns), the same mean
@@ -108,17 +108,17 @@ class InitScales:
   `value_init` "identity" sets W_v = I (every W_v^l = I for per_layer_values) and
   W_o = W_y^T / |W_y|^2, so every gain g_j = W_o W_v^j W_y is 1: with an identity
   query/key start and an orthogonal W_x the linear model then starts as L steps of
-  gradient descent on the context, of size qk_scale^2 L^qk_depth_exponent / (d L) each
-  (docs/models.md).
+  gradient descent on the context, of size qk_init_scale^2 L^qk_init_depth_exponent / (d L)
+  each (docs/models.md). The field names are the config's (config.init_scales).
   """
-  qk_scale: float = 1.0
-  qk_depth_exponent: float = 0.0  # a depth-L model starts at qk_scale L^(exponent / 2)
+  qk_init_scale: float = 1.0
+  qk_init_depth_exponent: float = 0.0  # depth L starts at qk_init_scale L^(exponent / 2)
   positive_gain: bool = True
   qk_init: str = "random"  # one of QK_INITS
-  qk_noise: float = 0.01  # "identity" only
+  qk_init_noise: float = 0.01  # "identity" only
   W_x_init: str = "gaussian"  # one of W_X_INITS
-  m_init: float = 0.0  # context_updates only: the starting context-attention weight m
-  W_y_scale: float = 1.0  # the label embedding's scale (single_stream: its weight in the keys)
+  context_update_m_init: float = 0.0  # context_updates only: the starting weight m
+  W_y_init_scale: float = 1.0  # the label embedding's scale (single_stream: its key weight)
   value_init: str = "random"  # one of VALUE_INITS
 
 
@@ -134,10 +134,10 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
   Every kind draws the controlled model's leaves. "per_layer_values" draws W_v^l ~ N(0, 1/N)
   per layer instead of one W_v (a per-layer leaf), and `positive_gain` flips the sign of each
   W_v^l whose gain g_l = W_o W_v^l W_y starts negative (W_o is left as drawn);
-  "context_updates" adds the context-attention weight m = `m_init` (a per-model scalar; 0
-  starts it as the controlled model, -1 as the mask of Bordelon et al.). The query/key
-  scale is qk_scale L^(qk_depth_exponent/2), so each layer's bilinear form W_q^T W_k starts
-  proportional to L^qk_depth_exponent.
+  "context_updates" adds the context-attention weight m = `context_update_m_init` (a
+  per-model scalar; 0 starts it as the controlled model, -1 as the mask of Bordelon et al.). The query/key
+  scale is qk_init_scale L^(qk_init_depth_exponent/2), so each layer's bilinear form
+  W_q^T W_k starts proportional to L^qk_init_depth_exponent.
   """
   k_x, k_y, k_v, k_o, k_q, k_k = jax.random.split(key, 6)
   W_x = jax.random.normal(k_x, (N, d)) / np.sqrt(d)
@@ -146,13 +146,13 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
     W_x = columns * jnp.sign(jnp.diagonal(upper)) * np.sqrt(N / d)
   elif scales.W_x_init != "gaussian":
     raise ValueError(f"W_x_init={scales.W_x_init!r}; allowed {W_X_INITS}")
-  W_y = jax.random.normal(k_y, (N,)) * scales.W_y_scale
+  W_y = jax.random.normal(k_y, (N,)) * scales.W_y_init_scale
   W_o = jax.random.normal(k_o, (N,)) / np.sqrt(N)
-  qk_scale = scales.qk_scale * depth ** (scales.qk_depth_exponent / 2)
+  qk_scale = scales.qk_init_scale * depth ** (scales.qk_init_depth_exponent / 2)
   if scales.qk_init == "identity":
     identity = qk_scale * jnp.eye(N)
-    W_q = identity + scales.qk_noise * jax.random.normal(k_q, (depth, N, N))
-    W_k = identity + scales.qk_noise * jax.random.normal(k_k, (depth, N, N))
+    W_q = identity + scales.qk_init_noise * jax.random.normal(k_q, (depth, N, N))
+    W_k = identity + scales.qk_init_noise * jax.random.normal(k_k, (depth, N, N))
   elif scales.qk_init == "random":
     qk_std = qk_scale / np.sqrt(N)
     W_q = jax.random.normal(k_q, (depth, N, N)) * qk_std
@@ -180,7 +180,7 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
     model_leaves["W_v"] = W_v
   model_leaves["W_o"] = W_o
   if model == "context_updates":
-    model_leaves["m"] = jnp.full((), scales.m_init, jnp.float32)
+    model_leaves["m"] = jnp.full((), scales.context_update_m_init, jnp.float32)
   return model_leaves, layer_leaves
 
 

@@ -19,7 +19,7 @@ def _setup(model, task="topk", a=0.5, b=1.0):
   batch = tasks.sample_contexts(keys, d=D, P=P, a=a, b=b, task=task, k=2)
   params = jax.tree.map(lambda x: x[0], init_grid(
       jax.random.key(4), LAYOUT, (0,), d=D, N=N,
-      scales=InitScales(qk_init="identity", qk_noise=0.3)))
+      scales=InitScales(qk_init="identity", qk_init_noise=0.3)))
   rotations = jax.vmap(lambda k: tasks.context_rotation(k, D))(keys)
   return batch, params, rotations
 

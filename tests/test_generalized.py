@@ -57,7 +57,7 @@ def _attention(model, params, batch, layout):
 
 def _params(model, layout, seed=0, **scales):
   """One seed's params of `model` (random query/key start, logits well away from uniform)."""
-  scales = dict(dict(qk_scale=3.0, positive_gain=False), **scales)
+  scales = dict(dict(qk_init_scale=3.0, positive_gain=False), **scales)
   params = init_grid(jax.random.key(1), layout, (seed,), d=D, N=N, scales=InitScales(**scales),
                      model=model)
   return jax.tree.map(lambda x: x[0], params)
@@ -322,7 +322,7 @@ def test_models_jit_vmap_over_seeds_and_layout_order(x64, model):
   a model initialised in a grid equals the model initialised alone."""
   fn, batch = LAYER_PREDICTIONS[model], _batch()
   layout = GridLayout(DEPTHS, loop_group=2)
-  scales = InitScales(qk_scale=2.0)
+  scales = InitScales(qk_init_scale=2.0)
   params = init_grid(jax.random.key(1), layout, (0, 1), d=D, N=N, scales=scales, model=model)
   batched = jax.jit(jax.vmap(lambda p: fn(p, batch, layout)))(params)
   for s in range(2):

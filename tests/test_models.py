@@ -42,11 +42,11 @@ def _sample(key, task, a, b):
   return tasks.sample_batch(key, B, d=D, P=P, a=a, b=b, task=task, k=2)
 
 
-def _setup(qk_scale, task="topk", a=0.5, b=0.25, seeds=(0, 1)):
+def _setup(qk_init_scale, task="topk", a=0.5, b=0.25, seeds=(0, 1)):
   """A float64 grid of depths DEPTHS and a batch whose labels are U^T beta in float64."""
   layout = GridLayout(DEPTHS)
   params = init_grid(jax.random.key(1), layout, seeds, d=D, N=N,
-                     scales=InitScales(qk_scale=qk_scale, positive_gain=False))
+                     scales=InitScales(qk_init_scale=qk_init_scale, positive_gain=False))
   batch = _np(_sample(jax.random.key(2), task, a, b))
   y = np.einsum("bpd,bd->bp", batch.x_context_BPD, batch.beta_BD)
   np.testing.assert_allclose(y, batch.y_context_BP, rtol=1e-4, atol=1e-4)
@@ -112,7 +112,7 @@ def test_positive_gain_flips_readout_sign(x64):
 
 @pytest.mark.parametrize("task", ["topk", "top1"])
 def test_softmax_model_equals_token_space_reference(x64, task):
-  layout, params, batch = _setup(qk_scale=3.0, task=task)
+  layout, params, batch = _setup(qk_init_scale=3.0, task=task)
   nb = _np(batch)
   for s in range(2):
     p = _seed_params(params, s)
@@ -133,7 +133,7 @@ def test_softmax_parallel_representation(x64):
   p_l from `test_attention` is checked against a softmax written from the
   definition, and the parallel form against the token-space residual model.
   """
-  layout, params, batch = _setup(qk_scale=3.0)
+  layout, params, batch = _setup(qk_init_scale=3.0)
   nb = _np(batch)
   p = _seed_params(params, 1)
   attention_TBP = np.asarray(softmax.test_attention(p, batch, layout))
@@ -160,7 +160,7 @@ def test_softmax_parallel_representation(x64):
 
 def test_softmax_layers_differ(x64):
   """Layer predictors of a deep model are not all equal (else the identity is trivial)."""
-  layout, params, batch = _setup(qk_scale=3.0)
+  layout, params, batch = _setup(qk_init_scale=3.0)
   f_TB = np.asarray(softmax.layer_predictions(_seed_params(params, 0), batch, layout))
   deep = f_TB[layout.layer_slice(1)]
   assert np.abs(deep[0] - deep[1]).max() > 1e-3
@@ -168,7 +168,7 @@ def test_softmax_layers_differ(x64):
 
 def test_linear_model_equals_token_space_reference(x64):
   """Final readout z_L and each layer predictor f_l = L (z_l - z_{l-1}) (z_0 = 0)."""
-  layout, params, batch = _setup(qk_scale=2.0)
+  layout, params, batch = _setup(qk_init_scale=2.0)
   nb = _np(batch)
   for s in range(2):
     p = _seed_params(params, s)
@@ -208,7 +208,7 @@ def _covariance_polynomial_recursion(model, layers, x_context_PD, beta_D, x_test
 
 
 def test_linear_model_equals_covariance_polynomial_recursion(x64):
-  layout, params, batch = _setup(qk_scale=2.0, a=1.0, b=0.5)
+  layout, params, batch = _setup(qk_init_scale=2.0, a=1.0, b=0.5)
   nb = _np(batch)
   p = _seed_params(params, 0)
   f_TB = np.asarray(linear.layer_predictions(p, batch, layout))
@@ -233,10 +233,10 @@ def test_linear_gradient_descent_start_is_repeated_gradient_descent(x64):
   qk_scale, exponent = 1.7, 1.0
   layout = GridLayout(DEPTHS)
   params = init_grid(jax.random.key(1), layout, (0,), d=D, N=N, model="linear",
-                     scales=InitScales(qk_scale=qk_scale, qk_depth_exponent=exponent,
-                                       qk_init="identity", qk_noise=0.0,
+                     scales=InitScales(qk_init_scale=qk_scale, qk_init_depth_exponent=exponent,
+                                       qk_init="identity", qk_init_noise=0.0,
                                        W_x_init="orthogonal", value_init="identity"))
-  _, _, batch = _setup(qk_scale=1.0, a=1.0, b=0.5)
+  _, _, batch = _setup(qk_init_scale=1.0, a=1.0, b=0.5)
   nb = _np(batch)
   f_TB = np.asarray(linear.layer_predictions(_seed_params(params, 0), batch, layout))
   for m, depth in enumerate(layout.depths):
@@ -256,7 +256,7 @@ def test_W_y_scale_scales_the_label_embedding_only():
   """W_y_scale multiplies W_y and leaves every other weight as drawn (same key)."""
   plain = init_model(jax.random.key(0), 2, d=D, N=N, model="single_stream", scales=InitScales())
   scaled = init_model(jax.random.key(0), 2, d=D, N=N, model="single_stream",
-                      scales=InitScales(W_y_scale=0.25))
+                      scales=InitScales(W_y_init_scale=0.25))
   np.testing.assert_allclose(scaled[0]["W_y"], 0.25 * plain[0]["W_y"], rtol=1e-6)
   for name in ("W_x", "W_v"):
     np.testing.assert_array_equal(scaled[0][name], plain[0][name])
@@ -282,7 +282,7 @@ def test_linear_context_updates_matter(x64):
   Replacing the context updates by Z_l = Z_0 changes the prediction, so the
   comparisons above exercise the Krylov (W_v^j) terms of the fast form.
   """
-  layout, params, batch = _setup(qk_scale=2.0)
+  layout, params, batch = _setup(qk_init_scale=2.0)
   nb = _np(batch)
   p = _seed_params(params, 0)
   model, layers = _model(p, layout, 1)  # depth 3
@@ -301,7 +301,7 @@ def test_linear_context_updates_matter(x64):
 def test_models_jit_vmap_over_seeds_and_layout_order(x64, name):
   """Jitted + vmapped over seeds equals per-seed eager; reordering depths permutes models."""
   fn = LAYER_PREDICTIONS[name]
-  layout, params, batch = _setup(qk_scale=2.0)
+  layout, params, batch = _setup(qk_init_scale=2.0)
   batched = jax.jit(jax.vmap(lambda pp: fn(pp, batch, layout)))(params)
   for s in range(2):
     np.testing.assert_allclose(np.asarray(batched[s]),
@@ -310,7 +310,7 @@ def test_models_jit_vmap_over_seeds_and_layout_order(x64, name):
   # The same models packed in another order give the same per-model predictions.
   other = GridLayout((2, 1, 3))
   other_params = init_grid(jax.random.key(1), other, (0, 1), d=D, N=N,
-                           scales=InitScales(qk_scale=2.0, positive_gain=False))
+                           scales=InitScales(qk_init_scale=2.0, positive_gain=False))
   f_other = np.asarray(fn(_seed_params(other_params, 0), batch, other))
   f_grid = np.asarray(fn(_seed_params(params, 0), batch, layout))
   for m_grid, m_other in ((0, 1), (1, 2), (2, 0)):

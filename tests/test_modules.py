@@ -36,7 +36,7 @@ def test_module_of_each_model_matches_its_slice_of_the_packed_grid(x64, kind):
   loop_group = 2 if kind == "looped" else 0
   layout = GridLayout(DEPTHS, loop_group=loop_group)
   # qk_scale 2: sharp attention; m_init -0.7: the context rows of context_updates move.
-  scales = InitScales(qk_scale=2.0, m_init=-0.7, positive_gain=False)
+  scales = InitScales(qk_init_scale=2.0, context_update_m_init=-0.7, positive_gain=False)
   params = jax.tree.map(lambda x: x[0].astype(jnp.float64),  # m is drawn as float32
                         init_grid(jax.random.key(1), layout, (0,), d=D, N=N, scales=scales,
                                   model=kind))
@@ -53,7 +53,7 @@ def test_module_of_each_model_matches_its_slice_of_the_packed_grid(x64, kind):
 def test_module_init_draws_the_grids_leaves(kind):
   """`init` gives the leaves (names, shapes) grid.init_model gives, and apply is pure."""
   module = modules.AttentionModel(kind=kind, depth=3, d=D, N=N,
-                                  scales=InitScales(qk_init="identity", qk_scale=0.7))
+                                  scales=InitScales(qk_init="identity", qk_init_scale=0.7))
   batch = _batch_float32()
   variables = module.init(jax.random.key(5), batch)
   model_leaves, layer_leaves = init_model(jax.random.key(0), 3, d=D, N=N,

@@ -46,7 +46,7 @@ def test_the_common_mode_of_equal_layers_is_one_layer_model_flattened_by_depth()
   along its own, with |v|^2 L times larger: q_L = q_1 / L. Layers apart: no longer."""
   batch = PROBLEM.sample(jax.random.key(0), 64, 0.0, 0.0)
   grid = init_grid(jax.random.key(1), GridLayout((4,)), (0,), d=4, N=8,
-                   scales=InitScales(qk_init="random", qk_scale=0.8))
+                   scales=InitScales(qk_init="random", qk_init_scale=0.8))
   model = jax.tree.map(lambda x: x[0, 0], grid["model"])
   first_layer = jax.tree.map(lambda x: x[0, :1], grid["layer"])
   curvature = lambda depth, layer: relaxation.predicted_times(

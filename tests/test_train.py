@@ -369,7 +369,7 @@ def test_depth_scaled_layer_lr_multiplies_layer_updates_by_depth():
 
 def test_identity_init_starts_every_layer_near_the_identity():
   params = init_grid(jax.random.key(0), GridLayout((1, 3)), (0,), d=4, N=N,
-                     scales=InitScales(qk_init="identity", qk_scale=0.7, qk_noise=0.01))
+                     scales=InitScales(qk_init="identity", qk_init_scale=0.7, qk_init_noise=0.01))
   W_q = np.asarray(params["layer"]["W_q"])[0]
   assert W_q.shape == (4, N, N)
   np.testing.assert_allclose(W_q, 0.7 * np.eye(N)[None].repeat(4, 0), atol=0.06)
@@ -382,7 +382,7 @@ def test_depth_scaled_start_scales_each_layers_form_by_depth(qk_init):
   unscaled start (same draws), so every layer's W_q^T W_k is L times larger."""
   layout = GridLayout((1, 2, 4))
   plain, scaled = (init_grid(jax.random.key(0), layout, (0,), d=4, N=N, scales=InitScales(
-      qk_init=qk_init, qk_scale=0.7, qk_noise=0.0, qk_depth_exponent=exponent))
+      qk_init=qk_init, qk_init_scale=0.7, qk_init_noise=0.0, qk_init_depth_exponent=exponent))
                    for exponent in (0.0, 1.0))
   depth_T = np.repeat(layout.depths, layout.depths)
   for leaf in ("W_q", "W_k"):
@@ -464,7 +464,7 @@ def test_blocked_gradient_equals_the_whole_batch_gradient(model, x64):
   the summation order differs)."""
   layout = GridLayout((1, 2, 3))
   params = init_grid(jax.random.key(3), layout, (0, 1), d=PROBLEM.d, N=N,
-                     scales=InitScales(qk_init="identity", m_init=-1.0), model=model)
+                     scales=InitScales(qk_init="identity", context_update_m_init=-1.0), model=model)
   params = jax.tree.map(lambda x: x.astype(jnp.float64), params)
   batch_S = jax.tree.map(
       lambda *xs: jnp.stack(xs).astype(jnp.float64),
@@ -488,7 +488,7 @@ def test_context_updates_gradient_equals_the_step_before_issue_44(x64):
   gradient of the scanned, rematerialised model that bench/before.py keeps."""
   layout = GridLayout((1, 2, 4))
   params = init_grid(jax.random.key(3), layout, (0,), d=PROBLEM.d, N=N,
-                     scales=InitScales(qk_init="identity", m_init=-1.0),
+                     scales=InitScales(qk_init="identity", context_update_m_init=-1.0),
                      model="context_updates")
   params = jax.tree.map(lambda x: x[0].astype(jnp.float64), params)
   batch = jax.tree.map(lambda x: x.astype(jnp.float64),

@@ -31,7 +31,7 @@ def test_parameter_summary_reads_the_identity_start():
   |W_q| = s sqrt(N) per layer, and the gain is softmax.value_gain."""
   layout, N, scale = GridLayout((1, 3)), 16, 0.73
   params = init_grid(jax.random.key(0), layout, (0, 1), d=8, N=N,
-                     scales=InitScales(qk_init="identity", qk_scale=scale))
+                     scales=InitScales(qk_init="identity", qk_init_scale=scale))
   summary = trajectory.parameter_summary(params, layout)
   assert set(summary) >= {"norm_W_x", "norm_W_y", "norm_W_v", "norm_W_o", "norm_W_q",
                           "norm_W_k", "gain", "temperature", "temperature_spread"}
