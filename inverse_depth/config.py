@@ -309,22 +309,25 @@ def width(config, model: str) -> int:
   return int(config.sizes[model]["N"])
 
 
+def _filled_by_name(cls, config):
+  """An instance of the dataclass `cls` whose every field is the config field of that name."""
+  return cls(**{field.name: config[field.name] for field in dataclasses.fields(cls)})
+
+
 def train_settings(config) -> TrainSettings:
-  return TrainSettings(
-      batch_size=config.batch_size, learning_rate=config.learning_rate,
-      warmup_steps=config.warmup_steps, max_steps=config.max_steps,
-      eval_every=config.eval_every, rel_tol=config.rel_tol, patience=config.patience,
-      lr_decay_factor=config.lr_decay_factor, max_lr_decays=config.max_lr_decays,
-      divergence_loss=config.divergence_loss, optimizer=config.optimizer,
-      momentum=config.momentum, schedule=config.schedule,
-      depth_scaled_layer_lr=config.depth_scaled_layer_lr,
-      fixed_input_norm=config.fixed_input_norm, microbatch_size=config.microbatch_size)
+  """The optimiser and convergence settings: TrainSettings' fields are the config's names."""
+  return _filled_by_name(TrainSettings, config)
 
 
 def init_scales(config) -> InitScales:
-  """The initialisation fields of a config: InitScales' fields are the config's names."""
-  return InitScales(**{field.name: config[field.name]
-                       for field in dataclasses.fields(InitScales)})
+  """The initialisation: InitScales' fields are the config's names."""
+  return _filled_by_name(InitScales, config)
+
+
+# GridSpec fields that are config fields of the same name, copied as they are.
+_GRID_FIELDS_FROM_CONFIG = ("loop_group", "val_size", "eval_size", "eval_chunk_size",
+                            "diagnostic_size", "stationary_evals", "bound_samples",
+                            "outlier_factor", "checkpoint_every", "checkpoints_to_keep")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,13 +408,7 @@ def grid_specs(config: ml_collections.ConfigDict) -> list[GridSpec]:
           depths=tuple(int(L) for L in resolved.depths), seeds=tuple(range(resolved.num_seeds)),
           rate_factors=tuple(float(f) for f in resolved.rate_factors),
           N=width(resolved, model), train=train_settings(resolved),
-          init=init_scales(resolved), loop_group=resolved.loop_group,
-          val_size=resolved.val_size,
-          eval_size=resolved.eval_size, eval_chunk_size=resolved.eval_chunk_size,
-          diagnostic_size=resolved.diagnostic_size,
-          stationary_evals=resolved.stationary_evals,
-          stationarity_z=float(resolved.stationarity_z), bound_samples=resolved.bound_samples,
-          outlier_factor=resolved.outlier_factor, checkpoint_every=resolved.checkpoint_every,
-          checkpoints_to_keep=resolved.checkpoints_to_keep, root_seed=resolved.seed,
-          config_hash=digest))
+          init=init_scales(resolved), stationarity_z=float(resolved.stationarity_z),
+          root_seed=resolved.seed, config_hash=digest,
+          **{field: resolved[field] for field in _GRID_FIELDS_FROM_CONFIG}))
   return specs
