@@ -293,7 +293,10 @@ COMMITTED_RUNS = {
        for tier in ("stationary", "stationary_deep") for half, spectra in TABLE1_SPLIT.items()},
     "sgd_sweep/b256": ("sgd_sweep", "quick"), "sgd_sweep/b1024": ("sgd_sweep", "quick1024"),
     **{f"sgd_generalized/{name}": ("sgd_generalized", argument)
-       for name, _, argument in generalized_report.SGD_RUNS},
+       for name, _, argument in generalized_report.SGD_RUNS
+       if name not in generalized_report.SGD_JOINED},
+    **{f"sgd_generalized/{name}/sources/{tier}": ("sgd_generalized", f"{name},{tier}")
+       for name in generalized_report.SGD_JOINED for tier in ("stationary", "stationary_deep")},
 }
 
 

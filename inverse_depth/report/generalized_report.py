@@ -24,12 +24,17 @@ RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
         ("depth_law_top16", "experiments/configs/generalized.py", "depth_law_top16"),
         ("looped", "experiments/configs/looped.py", None))
 
-# The same variants in the SGD law's regime (experiments/configs/sgd_generalized.py, issue 36):
-# C.3 at the short16 tier (depths 1..16; the short tier is ~5 h per C.3 run on 2 CPU cores).
+# The same variants in the SGD law's regime (experiments/configs/sgd_generalized.py, issues 36
+# and 46): C.3 at the short16 tier (depths 1..16; the short tier is ~5 h per C.3 run on 2 CPU
+# cores). The runs in SGD_JOINED are at the stationary state: the `stationary` run (depths
+# 1..16, the tier named here) and the `stationary_deep` run (depth 32) of the variant, under
+# NAME/sources/, joined by experiments.join_runs (results/README.md).
 SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},{tier}")
-                 for name, tier in (("top2", "short"), ("looped", "short"), ("looped4", "short"),
+                 for name, tier in (("top2", "short"), ("looped", "stationary"),
+                                    ("looped4", "stationary"),
                                     ("context_updates", "short16"),
                                     ("context_updates_top16", "short16")))
+SGD_JOINED = ('looped', 'looped4')
 def regime_claims(base: str = ".") -> list[str]:
   """Per appendix C claim (claims.APPENDIX_C), its status in each regime of
   claims.APPENDIX_C_RUNS (runs under the repository root `base`) with the variant's and the
