@@ -9,6 +9,7 @@ single stream (C.1) and per-layer values (C.2) on the top-2 task; `looped` the c
 model and looped layers with every layer's W_q, W_k tied (loop_group 0); `looped4` looped
 layers tied in groups of 4 consecutive layers (its untied and fully tied neighbours are
 `looped`'s two grids, trained on the same seeds and stream, so identical models);
+`per_layer_values` C.2 alone (its controlled model likewise `looped`'s);
 `context_updates` and `context_updates_top16` the controlled model and context updates (C.3)
 at top-2 and top-16, C.3 starting from m = -1 (from m = 0 it keeps m near 0:
 docs/notes/generalized.md). Tiers are tables.py's SGD tiers (`short`: depths 1..32, one
@@ -36,6 +37,10 @@ VARIANTS = {
     "top2": ("softmax,single_stream,per_layer_values", 2, 0),
     "looped": ("softmax,looped", 2, 0),
     "looped4": ("looped", 2, 4),
+    # C.2 alone: at the stationary tiers its controlled model is `looped`'s (the same seeds
+    # and stream make it the same model). C.1 has no such variant: SGD_STATIONARY fixes |W_x|,
+    # which the single stream's loss depends on (no layer norm), and the config refuses it.
+    "per_layer_values": ("per_layer_values", 2, 0),
     "context_updates": ("softmax,context_updates", 2, 0),
     "context_updates_top16": ("softmax,context_updates", 16, 0),
 }

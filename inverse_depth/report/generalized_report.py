@@ -31,10 +31,10 @@ RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
 # NAME/sources/, joined by experiments.join_runs (results/README.md).
 SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},{tier}")
                  for name, tier in (("top2", "short"), ("looped", "stationary"),
-                                    ("looped4", "stationary"),
+                                    ("looped4", "stationary"), ("per_layer_values", "stationary"),
                                     ("context_updates", "short16"),
                                     ("context_updates_top16", "short16")))
-SGD_JOINED = ('looped', 'looped4')
+SGD_JOINED = ("looped", "looped4", "per_layer_values")
 def regime_claims(base: str = ".") -> list[str]:
   """Per appendix C claim (claims.APPENDIX_C), its status in each regime of
   claims.APPENDIX_C_RUNS (runs under the repository root `base`) with the variant's and the
