@@ -15,7 +15,6 @@ from typing import Callable
 import numpy as np
 
 from inverse_depth import analysis, checks, paper, records
-from inverse_depth.workdir import read_metrics
 
 # The committed results the claims read, from the repository root.
 SGD_LAW = "results/sgd_law_stationary"
@@ -124,11 +123,15 @@ def table3_checks(linear_grids: list[tuple[dict, list[dict]]]) -> list[checks.Ch
   return [checks.linear_theory(fit, runs) for fit, runs in linear_grids if fit.get("bound")]
 
 
-def linear_grids(root: str) -> list[tuple[dict, list[dict]]]:
-  """(fit, run records) of every linear difficult-task grid of the Adam tables (Table 3)."""
+# The Adam-table runs (under ADAM_TABLES) whose linear grids Table 3 compares with theory.
+TABLE3_RUNS = ("table1", "table3_top2", "table3")
+
+
+def linear_grids(results_by_name: dict[str, dict]) -> list[tuple[dict, list[dict]]]:
+  """(fit, run records) of every linear difficult-task grid of the TABLE3_RUNS among
+  `results_by_name` (Table 3)."""
   return [(fit, _runs(results, fit))
-          for name in ("table1", "table3_top2", "table3")
-          for results in [load(root, f"{ADAM_TABLES}/{name}")] if results
+          for name in TABLE3_RUNS for results in [results_by_name.get(name)] if results
           for fit in records.fits_of(results, "linear")]
 
 
@@ -148,9 +151,8 @@ def table4_checks(table_results: list[dict | None]) -> list[checks.Check]:
 
 def table5_checks(results: dict) -> list[checks.Check]:
   """Per softmax grid of a Table 1 run: its gap exponent against the paper's range."""
-  return [checks.table5_gap_exponent(fit, checks.gap_fit(fit, _runs(results, fit)),
-                                     _runs(results, fit))
-          for fit in records.fits_of(results, "softmax")]
+  return [checks.table5_gap_exponent(fit, checks.gap_fit(fit, runs), runs)
+          for fit in records.fits_of(results, "softmax") for runs in [_runs(results, fit)]]
 
 
 def sgd_table_checks(tables: dict[str, dict]) -> list[checks.Check]:
@@ -320,7 +322,7 @@ def _table2(root: str) -> Finding | None:
 
 
 def _table3(root: str) -> Finding | None:
-  grids = linear_grids(root)
+  grids = linear_grids(records.load_results(os.path.join(root, ADAM_TABLES), TABLE3_RUNS))
   if not grids or load(root, f"{ADAM_TABLES}/table1") is None:
     return None
   found = table3_checks(grids)
@@ -333,27 +335,26 @@ def _table4(folder: str, root: str) -> Finding | None:
   if results is None:
     return None
   fits = [fit for fit in records.fits_of(results, "softmax")
-          if checks.table4_exponent(fit, _runs(results, fit))]
-  primaries = [checks.law_fits(fit, _runs(results, fit))["primary"] for fit in fits]
+          if (fit["k"], fit["a"], fit["b"]) in paper.TABLE4_ALPHA]
+  decided = [decided_fit(fit, _runs(results, fit)) for fit in fits]
   ours = ", ".join(
       f"{_spectrum(fit)} "
-      + (f"{primary['alpha']:.2f} +- {primary['alpha_se']:.2g} (R^2 {primary['r2']:.3f})"
-         if primary and primary["resolved"] else "none")
-      for fit, primary in zip(fits, primaries)) + (" (weighted fits)" if fits else "")
-  return Finding(ours, [checks.table4_exponent(fit, _runs(results, fit)) for fit in fits])
+      + (f"{found['alpha']:.2f} +- {found['alpha_se']:.2g} (R^2 {found['r2']:.3f})"
+         if found["resolved"] else "none")
+      for fit, found in zip(fits, decided)) + (" (weighted fits)" if fits else "")
+  return Finding(ours, table4_checks([results]))
 
 
 def _table5(folder: str, root: str) -> Finding | None:
   results = load(root, folder)
   if results is None:
     return None
-  fits = records.fits_of(results, "softmax")
-  gaps = [(fit, checks.gap_fit(fit, _runs(results, fit))) for fit in fits]
+  gaps = [(fit, checks.gap_fit(fit, _runs(results, fit)))
+          for fit in records.fits_of(results, "softmax")]
   return Finding(", ".join(
       f"{_spectrum(fit)} " + (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g}"
                               if gap and np.isfinite(gap["alpha"]) else "none")
-      for fit, gap in gaps),
-      [checks.table5_gap_exponent(fit, gap, _runs(results, fit)) for fit, gap in gaps])
+      for fit, gap in gaps), table5_checks(results))
 
 
 def _levels_off(folder: str, root: str) -> Finding | None:

@@ -135,8 +135,8 @@ def init_model(key: jax.Array, depth: int, *, d: int, N: int, scales: InitScales
   per layer instead of one W_v (a per-layer leaf), and `positive_gain` flips the sign of each
   W_v^l whose gain g_l = W_o W_v^l W_y starts negative (W_o is left as drawn);
   "context_updates" adds the context-attention weight m = `context_update_m_init` (a
-  per-model scalar; 0 starts it as the controlled model, -1 as the mask of Bordelon et al.). The query/key
-  scale is qk_init_scale L^(qk_init_depth_exponent/2), so each layer's bilinear form
+  per-model scalar; 0 starts it as the controlled model, -1 as the mask of Bordelon et al.).
+  The query/key scale is qk_init_scale L^(qk_init_depth_exponent/2), so each layer's bilinear form
   W_q^T W_k starts proportional to L^qk_init_depth_exponent.
   """
   k_x, k_y, k_v, k_o, k_q, k_k = jax.random.split(key, 6)

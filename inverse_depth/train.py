@@ -264,8 +264,7 @@ class GridTrainer:
   spectrum `replicate_spectrum[r]` at learning rate `learning_rate x
   replicate_rate_factor[r]` with seed `replicate_seed[r]`. A *group* is one (spectrum, rate
   factor) pair (`groups`, trained at `group_learning_rates`), its replicates the seeds,
-  contiguous. Initialisation and data
-  stream depend on the seed only, so the models of one seed start alike and see the same
+  contiguous. Initialisation and data stream depend on the seed only, so the models of one seed start alike and see the same
   rotations and Gaussian draws under every spectrum and rate (a rate sweep is paired).
   `layout` covers the real models (indices 0 .. num_models - 1) and, when the
   mesh needs it, one padding model at the end (see the module docstring); it carries

@@ -584,10 +584,7 @@ def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_
   sections, checks = [], []
   for lines, found in (
       table1_section(table1), table2_section(all_results.get("table2")),
-      table3_section([(fit, records.runs_of(results, fit))
-                      for results in (table1, all_results.get("table3_top2"),
-                                      all_results.get("table3")) if results
-                      for fit in records.fits_of(results, "linear")]),
+      table3_section(claims.linear_grids(all_results)),
       easy_section(all_results.get("easy"), metrics.get("easy", []))):
     sections += [""] + lines
     checks += found
