@@ -187,7 +187,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
       if not ok(overrides[field]):
         _fail(f"model_overrides.{model}.{field}", overrides[field], allowed)
   for model in model_names(config):
-    _validate_fields(resolve(config, model))
+    resolved = resolve(config, model)
+    _validate_fields(resolved)
+    if resolved.fixed_input_norm and model not in SCALE_FREE_INPUT_MODELS:
+      field = ("model_overrides.{model}.fixed_input_norm"
+               if "fixed_input_norm" in config.model_overrides.get(model, {})
+               else "fixed_input_norm").format(model=model)
+      _fail(field, True, f"False for model {model!r} (set model_overrides.{model}."
+            "fixed_input_norm=False): only the kinds whose W_x enters through a layer norm "
+            f"({', '.join(SCALE_FREE_INPUT_MODELS)}) may fix its norm")
 
 
 def resolve(config: ml_collections.ConfigDict, model: str) -> ml_collections.ConfigDict:
@@ -234,12 +242,6 @@ def _validate_fields(config: ml_collections.ConfigDict) -> None:
     if config.task == "topk" and config.k > sizes["P"] and model in model_names(config):
       _fail("k", config.k, f"an integer in [1, P = {sizes['P']}] (sizes.{model}.P) for the "
             "topk task")
-  if config.fixed_input_norm:
-    for model in model_names(config):
-      if model not in SCALE_FREE_INPUT_MODELS:
-        _fail("fixed_input_norm", True, f"False for model {model!r}: only the kinds whose W_x "
-              f"enters through a layer norm ({', '.join(SCALE_FREE_INPUT_MODELS)}) may fix "
-              "its norm")
   for field in ("max_steps", "checkpoint_every"):
     if config[field] % config.eval_every:
       _fail(field, config[field], f"a multiple of eval_every = {config.eval_every}")

@@ -9,7 +9,9 @@ single stream (C.1) and per-layer values (C.2) on the top-2 task; `looped` the c
 model and looped layers with every layer's W_q, W_k tied (loop_group 0); `looped4` looped
 layers tied in groups of 4 consecutive layers (its untied and fully tied neighbours are
 `looped`'s two grids, trained on the same seeds and stream, so identical models);
-`per_layer_values` C.2 alone (its controlled model likewise `looped`'s);
+`single_stream` and `per_layer_values` C.1 and C.2 alone (their controlled model likewise
+`looped`'s; at the stationary tiers the single stream trains in SGD_LAW, having no
+scale-free |W_x| to hold fixed);
 `context_updates` and `context_updates_top16` the controlled model and context updates (C.3)
 at top-2 and top-16, C.3 starting from m = -1 (from m = 0 it keeps m near 0:
 docs/notes/generalized.md). Tiers are tables.py's SGD tiers (`short`: depths 1..32, one
@@ -30,16 +32,16 @@ short tier alone; at depths 1..16 0.71 s (1.40 s before), so the short16 tier is
 per C.3 run alone.
 """
 
-from experiments.configs import arguments, tables
+from experiments.configs import arguments, regimes, tables
 
 # variant -> (model kinds, k, loop_group)
 VARIANTS = {
     "top2": ("softmax,single_stream,per_layer_values", 2, 0),
     "looped": ("softmax,looped", 2, 0),
     "looped4": ("looped", 2, 4),
-    # C.2 alone: at the stationary tiers its controlled model is `looped`'s (the same seeds
-    # and stream make it the same model). C.1 has no such variant: SGD_STATIONARY fixes |W_x|,
-    # which the single stream's loss depends on (no layer norm), and the config refuses it.
+    # C.1 and C.2 alone: at the stationary tiers their controlled model is `looped`'s (the
+    # same seeds and stream make it the same model).
+    "single_stream": ("single_stream", 2, 0),
     "per_layer_values": ("per_layer_values", 2, 0),
     "context_updates": ("softmax,context_updates", 2, 0),
     "context_updates_top16": ("softmax,context_updates", 16, 0),
@@ -65,5 +67,11 @@ def get_config(argument: str | None = None):
   # Per kind: the controlled model's W_y keeps the scale that sets its starting gains.
   config.model_overrides.single_stream = dict(
       W_y_init_scale=1 / config.sizes.single_stream.d ** 0.5)
+  if tier.startswith("stationary"):
+    # The single stream has no layer norm on W_x (its loss depends on |W_x|), so there is no
+    # scale-free norm for SGD noise to grow and SGD_STATIONARY's one change does not apply:
+    # it trains in SGD_LAW at the stationary tiers' budgets, and the drift check says whether
+    # it reached its stationary state.
+    regimes.apply(config, "sgd_law", model="single_stream")
   config.model_overrides.context_updates = dict(context_update_m_init=-1.0)
   return config
