@@ -25,7 +25,8 @@ SHIPPED = [(name, arg) for name in sorted(
                     sgd_table4_top16=("short", "cpu", "paper"),
                     sgd_generalized=("top2,short", "looped,short", "looped4,cpu",
                                      "context_updates,cpu", "context_updates_top16,paper",
-                                     "context_updates,short16")).get(
+                                     "context_updates,short16", "top2,stationary",
+                                     "single_stream,stationary_deep")).get(
                         name, (None,))]
 
 
@@ -102,6 +103,7 @@ INVALID = [
     ("eval_size", _set(eval_size=0)),
     ("fixed_input_norm", _set(fixed_input_norm=1)),
     ("fixed_input_norm", _set(model="linear", fixed_input_norm=True)),  # |W_x| matters there
+    ("fixed_input_norm", _set(model="softmax,single_stream", fixed_input_norm=True)),
 ]
 
 
@@ -113,6 +115,23 @@ def test_invalid_values_raise_config_error_naming_the_field(field, mutate):
   with pytest.raises(config_lib.ConfigError) as info:
     config_lib.validate(config)
   assert f"config.{field}=" in str(info.value)
+
+
+def test_fixed_input_norm_is_set_per_model_kind():
+  """A kind whose loss depends on |W_x| may train beside one that holds it fixed; asking it
+  to hold |W_x| names the override."""
+  config = smoke.get_config()
+  config.model = "softmax,single_stream"
+  config.fixed_input_norm = True
+  config.model_overrides.single_stream = dict(fixed_input_norm=False)
+  config_lib.validate(config)
+  fixed = {spec.model: spec.train.fixed_input_norm for spec in config_lib.grid_specs(config)}
+  assert fixed == {"softmax": True, "single_stream": False}
+  config.model = "softmax,single_stream,linear"
+  config.model_overrides.linear.fixed_input_norm = True
+  with pytest.raises(config_lib.ConfigError,
+                     match="config.model_overrides.linear.fixed_input_norm=True is invalid"):
+    config_lib.validate(config)
 
 
 def test_error_message_names_value_and_what_is_allowed():
