@@ -159,14 +159,6 @@ RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep", "microbatch_size")
 # of the workdir comparison, at the top level and in model_overrides.
 LABEL_FIELDS = ("regime",)
 
-# Fields added after results were saved, each with the value that reproduces the behaviour
-# from before it existed: a config holding that value hashes (and resumes a workdir) as one
-# saved without the field.
-FIELDS_ADDED_LATER = {"value_init": "random", "W_y_init_scale": 1.0, "stationary_evals": 1,
-                      "stationarity_z": 3.0, "rate_factors": [1.0],
-                      "microbatch_size": 0, "fixed_input_norm": False}
-
-
 # Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
 # everything but what defines the table (task, k, spectra), the root seed and the sizes
 # (which are per kind already).
@@ -258,19 +250,19 @@ def _validate_fields(config: ml_collections.ConfigDict) -> None:
             f"{config.max_steps - config.warmup_steps})")
 
 
-def _canonical(value):
+def canonical(value):
   """Numbers as floats (so 0 and 0.0 hash alike, as they compare alike), tuples as lists."""
   if isinstance(value, (list, tuple)):
-    return [_canonical(v) for v in value]
+    return [canonical(v) for v in value]
   if _is_real(value):
     return float(value)
   return value
 
 
 def from_saved(saved: dict) -> ml_collections.ConfigDict:
-  """A saved config.json as a config, each field added since it was saved at the value that
-  reproduces the behaviour from before (FIELDS_ADDED_LATER)."""
-  return ml_collections.ConfigDict({**FIELDS_ADDED_LATER, **saved})
+  """A saved config.json (of a run at the current schema, which records every field) as a
+  config."""
+  return ml_collections.ConfigDict(saved)
 
 
 def without_labels(config_dict: dict) -> dict:
@@ -286,9 +278,8 @@ def without_labels(config_dict: dict) -> dict:
 def config_hash(config_dict: dict) -> str:
   """SHA-256 (first 16 hex digits) of the fields that determine the results (all but
   RUNTIME_FIELDS and LABEL_FIELDS)."""
-  fields = {k: _canonical(v) for k, v in without_labels(config_dict).items()
-            if k not in RUNTIME_FIELDS and not (
-                k in FIELDS_ADDED_LATER and _canonical(v) == _canonical(FIELDS_ADDED_LATER[k]))}
+  fields = {k: canonical(v) for k, v in without_labels(config_dict).items()
+            if k not in RUNTIME_FIELDS}
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

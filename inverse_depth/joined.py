@@ -37,20 +37,19 @@ def _grid_key(record: dict) -> tuple:
   return tuple(record.get(field) for field in analysis.GRID_FIELDS)
 
 
-def _check_joinable(results_by_source: dict[str, dict]) -> list[str]:
+def _check_joinable(results_by_source: dict[str, dict]) -> None:
   """Raises ValueError when two sources' configs differ outside JOINABLE_FIELDS or a model
-  (PAIRING_FIELDS) is in two sources; returns the config fields only some sources record."""
+  (PAIRING_FIELDS) is in two sources."""
   if len(results_by_source) < 2:
     raise ValueError(f"joining needs at least two runs; got {len(results_by_source)}")
   (first_name, first), *others = results_by_source.items()
-  unrecorded = set()
   joinable = JOINABLE_FIELDS
   if all(r["config"].get("schedule") == "constant" for r in results_by_source.values()):
     joinable = JOINABLE_FIELDS + CONSTANT_RATE_JOINABLE_FIELDS
   for name, results in others:
     differing, only_one = records.config_differences(first["config"], results["config"])
-    unrecorded.update(only_one)
-    other = [text for field, text in differing.items() if field not in joinable]
+    other = ([text for field, text in differing.items() if field not in joinable]
+             + [f"{field} recorded by one only" for field in only_one])
     if other:
       raise ValueError(f"{first_name} and {name} differ in more than which models they trained "
                        f"(allowed: {', '.join(joinable)}): {'; '.join(other)}")
@@ -62,7 +61,6 @@ def _check_joinable(results_by_source: dict[str, dict]) -> list[str]:
         raise ValueError(f"model {dict(zip(analysis.PAIRING_FIELDS, key))} is in both "
                          f"{owner[key]} and {name}")
       owner[key] = name
-  return sorted(unrecorded)
 
 
 def join_results(results_by_source: dict[str, dict]) -> dict:
@@ -75,7 +73,7 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
   depth: its fit record lists the depths it has; with per-depth step budgets, max_steps the
   largest); `joined_from` records each source.
   """
-  unrecorded = _check_joinable(results_by_source)
+  _check_joinable(results_by_source)
   runs = [dict(run, source=name) for name, results in results_by_source.items()
           for run in results["runs"]]
   source_fits = [fit for results in results_by_source.values() for fit in results["fits"]]
@@ -101,10 +99,10 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
       wall_time_s=float(sum(r["wall_time_s"] for r in results_by_source.values())),
       backend=",".join(sorted({r["backend"] for r in results_by_source.values()})),
       num_devices=max(r["num_devices"] for r in results_by_source.values()),
-      joined_from=[dict(source=name, config_hash=r.get("config_hash"),
-                        depths=r["config"]["depths"], spectra=r["config"]["spectra"],
-                        max_steps=r["config"]["max_steps"], wall_time_s=r["wall_time_s"]) for name, r in results_by_source.items()],
-      unrecorded_config_fields=unrecorded)
+      joined_from=[dict(source=name, config_hash=r["config_hash"], depths=r["config"]["depths"],
+                        spectra=r["config"]["spectra"], max_steps=r["config"]["max_steps"],
+                        wall_time_s=r["wall_time_s"])
+                   for name, r in results_by_source.items()])
 
 
 # A committed join keeps its runs beside it, in out_dir/sources/NAME (results/README.md).

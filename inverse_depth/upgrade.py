@@ -18,6 +18,14 @@ BOUND_TOLERANCE = 1e-5
 _BOUND_FIELDS_ADDED = {"softmax_bound": "average_by_layers", "linear_floor": "context_floor"}
 
 
+# Fields a config of version 3 or earlier may lack, each at the value that reproduces the
+# behaviour of a run made before the field existed; version 3 hashed a field at this value as
+# absent.
+_FIELDS_BEFORE_VERSION_4 = {"value_init": "random", "W_y_init_scale": 1.0, "stationary_evals": 1,
+                            "stationarity_z": 3.0, "rate_factors": [1.0], "microbatch_size": 0,
+                            "fixed_input_norm": False}
+
+
 class UpgradeError(ValueError):
   """A results.json that cannot be brought to the current schema as asked."""
 
@@ -29,10 +37,47 @@ def upgrade(results: dict, made_by: ml_collections.ConfigDict | None = None) -> 
   version = results.get("schema_version", 1)
   if version > SCHEMA_VERSION:
     raise UpgradeError(f"schema version {version} is newer than this code's {SCHEMA_VERSION}")
+  if version < 4:
+    _every_field_recorded(results)
   if version < 3:
     _to_version_3(results, made_by)
   return dict(schema_version=SCHEMA_VERSION, **{k: v for k, v in results.items()
                                                  if k != "schema_version"})
+
+
+def _version_3_hash(config: dict) -> str:
+  """The config hash as version 3 computed it: a field of _FIELDS_BEFORE_VERSION_4 at its
+  earlier value left out."""
+  return config_lib.config_hash({
+      k: v for k, v in config.items()
+      if not (k in _FIELDS_BEFORE_VERSION_4
+              and config_lib.canonical(v) == config_lib.canonical(_FIELDS_BEFORE_VERSION_4[k]))})
+
+
+def _every_field_recorded(results: dict) -> None:
+  """Version 4: each field the config lacks, at its earlier value, and the config hashes of
+  every field: the run's, and each joined source's (the joined config at the source's
+  depths, spectra and steps). Each stored hash is first checked to be its config's."""
+  config = results["config"]
+
+  def source_config(source: dict) -> dict:
+    return dict(config, **{field: source[field] for field in ("depths", "spectra", "max_steps")})
+
+  joined = "joined_from" in results  # a join has no hash of its own
+  for where, stored, made_by in ([] if joined else [("the run", results["config_hash"], config)]) + [
+      (source["source"], source["config_hash"], source_config(source))
+      for source in results.get("joined_from", [])]:
+    if _version_3_hash(made_by) != stored:
+      raise UpgradeError(f"{where}: the stored config hash {stored} is not its config's "
+                         f"({_version_3_hash(made_by)}): the config was edited")
+  for field, value in _FIELDS_BEFORE_VERSION_4.items():
+    config.setdefault(field, value)
+  if joined:
+    results.pop("unrecorded_config_fields", None)  # every source records every field now
+    for source in results["joined_from"]:
+      source["config_hash"] = config_lib.config_hash(source_config(source))
+  else:
+    results["config_hash"] = config_lib.config_hash(config)
 
 
 def _to_version_3(results: dict, made_by) -> None:

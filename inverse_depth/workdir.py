@@ -25,10 +25,13 @@ RESULTS_FILE = "results.json"
 #   2 added `schema_version` and `provenance` (null where the run predates it);
 #   3: the config names its regime (`regime`), every run and fit record carries its
 #      learning_rate, every theory bound holds every field theory_bound gives today, and
-#      joins carry a version too.
+#      joins carry a version too;
+#   4: the config records every field (version 3 left out fields added to the code after the
+#      run, which hashed as absent at the value that reproduces the run), and the config
+#      hashes, the run's and each joined source's, are of every field.
 # A results.json of an earlier version is brought to this one by
 # `python -m experiments.upgrade_results` (inverse_depth/upgrade.py), and only there.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class SchemaError(ValueError):
@@ -86,8 +89,7 @@ def _refuse_foreign_directory(workdir: str, advice: str) -> None:
 def check_workdir(config_dict: dict, workdir: str) -> None:
   """Refuses a workdir whose saved config differs from `config_dict` (naming the fields),
   or a non-empty directory that is not an experiment workdir. Fields in
-  config.RUNTIME_FIELDS and config.LABEL_FIELDS may differ; a field of
-  config.FIELDS_ADDED_LATER missing from the saved config counts as its earlier value."""
+  config.RUNTIME_FIELDS and config.LABEL_FIELDS may differ."""
   _refuse_foreign_directory(workdir, "Choose a new --workdir.")
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.exists(path):
@@ -95,7 +97,7 @@ def check_workdir(config_dict: dict, workdir: str) -> None:
   with open(path) as f:
     saved = json.load(f)
   current = config_lib.without_labels(json.loads(json.dumps(config_dict)))  # tuples -> lists
-  saved = config_lib.without_labels({**config_lib.FIELDS_ADDED_LATER, **saved})
+  saved = config_lib.without_labels(saved)
   differing = sorted(k for k in set(saved) | set(current)
                      if saved.get(k) != current.get(k) and k not in config_lib.RUNTIME_FIELDS)
   if differing:

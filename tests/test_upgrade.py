@@ -6,14 +6,31 @@ import json
 
 import pytest
 
-from inverse_depth import upgrade, workdir
+from inverse_depth import config as config_lib, upgrade, workdir
 from tests import tiny
 
 
-def _as_schema_1(results: dict) -> dict:
-  """`results` as a version-1 file held it: no version, provenance, regime, learning rates
-  or the theory bound's later fields."""
+# Fields that version 4 added to every config, at the value of a run made before each existed.
+ADDED_BY_VERSION_4 = {"value_init": "random", "W_y_init_scale": 1.0, "stationary_evals": 1,
+                      "stationarity_z": 3.0, "rate_factors": [1.0], "fixed_input_norm": False}
+
+
+def _as_schema_3(results: dict) -> dict:
+  """`results` as a version-3 file held it: the config without the fields version 4 added
+  (where at their earlier value), hashed without them."""
   old = json.loads(json.dumps(results))  # as read from disk: no shared records
+  old["schema_version"] = 3
+  for field, value in ADDED_BY_VERSION_4.items():
+    assert old["config"][field] == value, field
+    del old["config"][field]
+  old["config_hash"] = config_lib.config_hash(old["config"])
+  return old
+
+
+def _as_schema_1(results: dict) -> dict:
+  """`results` as a version-1 file held it: the version-3 config, no version, provenance,
+  regime, learning rates or the theory bound's later fields."""
+  old = _as_schema_3(results)
   del old["schema_version"], old["provenance"], old["config"]["regime"]
   for record in old["runs"] + old["fits"]:
     del record["learning_rate"]
@@ -25,7 +42,7 @@ def _as_schema_1(results: dict) -> dict:
 
 def test_readers_refuse_an_earlier_schema_naming_the_upgrade(tiny_run, tmp_path):
   (tmp_path / "results.json").write_text(json.dumps(_as_schema_1(tiny_run["results"])))
-  with pytest.raises(workdir.SchemaError, match="schema version 1, this code reads 3: run "
+  with pytest.raises(workdir.SchemaError, match="schema version 1, this code reads 4: run "
                      f"python -m experiments.upgrade_results --results={tmp_path}"):
     workdir.read_results(str(tmp_path))
 
@@ -40,6 +57,20 @@ def test_a_version_1_file_upgrades_to_what_the_run_writes_today(tiny_run):
   assert upgraded["provenance"] is None
   assert json.dumps(dict(upgraded, provenance=results["provenance"]), sort_keys=True) == (
       json.dumps(json.loads(json.dumps(results)), sort_keys=True))
+
+
+def test_a_version_3_file_gets_every_field_and_hash_as_the_run_writes_today(tiny_run):
+  results = tiny_run["results"]
+  upgraded = upgrade.upgrade(_as_schema_3(results))
+  assert json.dumps(upgraded, sort_keys=True) == json.dumps(json.loads(json.dumps(results)),
+                                                           sort_keys=True)
+
+
+def test_a_version_3_file_whose_config_was_edited_is_refused(tiny_run):
+  old = _as_schema_3(tiny_run["results"])
+  old["config"]["seed"] += 1
+  with pytest.raises(upgrade.UpgradeError, match="the stored config hash .* is not its config's"):
+    upgrade.upgrade(old)
 
 
 def test_the_regime_comes_only_from_the_config_that_made_the_run(tiny_run):

@@ -67,7 +67,7 @@ def get_config(argument: str | None = None):
   # Per kind: the controlled model's W_y keeps the scale that sets its starting gains.
   config.model_overrides.single_stream = dict(
       W_y_init_scale=1 / config.sizes.single_stream.d ** 0.5)
-  if tier.startswith("stationary"):
+  if tier.startswith("stationary") and "single_stream" in model:
     # The single stream has no layer norm on W_x (its loss depends on |W_x|), so there is no
     # scale-free norm for SGD noise to grow and SGD_STATIONARY's one change does not apply:
     # it trains in SGD_LAW at the stationary tiers' budgets, and the drift check says whether
