@@ -197,7 +197,7 @@ APPENDIX_C_RUNS = {
                            "C.3 top-2": ("generalized", "generalized"),
                            "C.3 top-16": ("depth_law_top16", "depth_law_top16"),
                            "looped": ("looped", "looped")},
-    SGD_GENERALIZED: {"C.1": ("top2", "top2"), "C.2": ("per_layer_values", "looped"),
+    SGD_GENERALIZED: {"C.1": ("single_stream", "looped"), "C.2": ("per_layer_values", "looped"),
                       "C.3 top-2": ("context_updates", "context_updates"),
                       "C.3 top-16": ("context_updates_top16", "context_updates_top16"),
                       "looped": ("looped", "looped")},

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from inverse_depth import config as config_lib, upgrade, workdir
+from inverse_depth import config as config_lib, joined, upgrade, workdir
 from tests import tiny
 
 
@@ -64,6 +64,27 @@ def test_a_version_3_file_gets_every_field_and_hash_as_the_run_writes_today(tiny
   upgraded = upgrade.upgrade(_as_schema_3(results))
   assert json.dumps(upgraded, sort_keys=True) == json.dumps(json.loads(json.dumps(results)),
                                                            sort_keys=True)
+
+
+def test_a_version_3_join_gets_each_source_hash_of_every_field(tiny_run):
+  """A join has no hash of its own; each source's is recomputed from the joined config at the
+  source's depths, after the stored one is checked under version 3's rule."""
+  results = json.loads(json.dumps(tiny_run["results"]))
+  depths = results["config"]["depths"]
+  parts = {}
+  for name, part_depths in (("shallow", depths[:1]), ("deep", depths[1:])):
+    config = dict(results["config"], depths=part_depths)
+    parts[name] = dict(results, config=config, config_hash=config_lib.config_hash(config),
+                       runs=[run for run in results["runs"] if run["depth"] in part_depths])
+  union = json.loads(json.dumps(joined.join_results(parts)))
+  old = json.loads(json.dumps(union))
+  old["schema_version"] = 3
+  for field in ADDED_BY_VERSION_4:
+    del old["config"][field]
+  for source in old["joined_from"]:
+    source["config_hash"] = config_lib.config_hash(dict(old["config"], depths=source["depths"]))
+  assert old["joined_from"][0]["config_hash"] != union["joined_from"][0]["config_hash"]
+  assert json.dumps(upgrade.upgrade(old), sort_keys=True) == json.dumps(union, sort_keys=True)
 
 
 def test_a_version_3_file_whose_config_was_edited_is_refused(tiny_run):

@@ -30,11 +30,12 @@ RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
 # 1..16, the tier named here) and the `stationary_deep` run (depth 32) of the variant, under
 # NAME/sources/, joined by experiments.join_runs (results/README.md).
 SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},{tier}")
-                 for name, tier in (("top2", "short"), ("looped", "stationary"),
-                                    ("looped4", "stationary"), ("per_layer_values", "stationary"),
+                 for name, tier in (("looped", "stationary"), ("looped4", "stationary"),
+                                    ("single_stream", "stationary"),
+                                    ("per_layer_values", "stationary"),
                                     ("context_updates", "short16"),
                                     ("context_updates_top16", "short16")))
-SGD_JOINED = ("looped", "looped4", "per_layer_values")
+SGD_JOINED = ("looped", "looped4", "single_stream", "per_layer_values")
 def regime_claims(base: str = ".") -> list[str]:
   """Per appendix C claim (claims.APPENDIX_C), its status in each regime of
   claims.APPENDIX_C_RUNS (runs under the repository root `base`) with the variant's and the
