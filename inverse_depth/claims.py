@@ -207,16 +207,17 @@ REGIME_NAMES = {ANNEALED_GENERALIZED: "annealed Adam", SGD_GENERALIZED: "constan
 
 def appendix_fits(base: str, regime: str, key: str, model: str
                   ) -> tuple[dict | None, dict | None]:
-  """(the variant's fit, its controlled model's fit with its run records under "runs") of one
-  appendix C claim in one regime's runs (`regime`: a key of APPENDIX_C_RUNS, under the
-  repository root `base`); None where a run is missing."""
+  """(the variant's fit, its controlled model's fit), each with its run records under "runs"
+  (the drift check reads them), of one appendix C claim in one regime's runs (`regime`: a
+  key of APPENDIX_C_RUNS, under the repository root `base`); None where a run is missing."""
   run, control_run = APPENDIX_C_RUNS[regime][key]
   found = records.load_results(os.path.join(base, regime), sorted({run, control_run}))
-  variant = records.fits_of(found.get(run), model)
-  control = records.fits_of(found.get(control_run), "softmax")
-  if control:  # the law check of the controlled model needs its run records (window drift)
-    control = [dict(control[0], runs=_runs(found[control_run], control[0]))]
-  return (variant[0] if variant else None), (control[0] if control else None)
+
+  def with_runs(name: str, kind: str) -> dict | None:
+    fits = records.fits_of(found.get(name), kind)
+    return dict(fits[0], runs=_runs(found[name], fits[0])) if fits else None
+
+  return with_runs(run, model), with_runs(control_run, "softmax")
 
 
 def paper_finds_law(model: str, k: int) -> bool | None:
@@ -401,9 +402,12 @@ def _appendix(regime: str, key: str, model: str, k: int, root: str) -> Finding |
     return None
   ours = f"{model}: {_law_cell(variant)}" + (
       f" (controlled model: {_law_cell(control)})" if control else "")
-  verdict = {"not testable": "not testable here: the controlled model of the same run gets "
-                             "no law verdict (not stationary) or misses the law check",
+  verdict = {"not testable": "not testable here: the controlled model (same seeds and data "
+                             "stream) gets no law verdict (not stationary) or misses the law "
+                             "check",
              "no claim": "no claim to test"}.get(status)
+  if verdict and checks.window_drift(variant, variant["runs"]).status == "not stationary":
+    verdict += f"; {model} is not stationary either"
   return Finding(ours, found, verdict)
 
 
