@@ -18,13 +18,13 @@ def pm(record: dict, name: str, spec: str = ".4g", se_spec: str = ".2g") -> str:
   return f"{record[name]:{spec}} +- {record[name + '_se']:{se_spec}}"
 
 
-def fit_cells(fit: dict, c_spec: str = ".4g") -> str:
-  """'L0 +- se | c +- se | alpha +- se | R^2' of a depth fit R_L = L0 + c L^-alpha; its
-  verdict and dashes where it resolves no depth law."""
+def fit_cells(fit: dict, c_spec: str | None = ".4g", alpha_spec=(".3f", ".3f")) -> str:
+  """'L0 +- se | c +- se | alpha +- se | R^2' of a depth fit R_L = L0 + c L^-alpha (c_spec
+  None: without c); its verdict and dashes where it resolves no depth law."""
   if not fit["resolved"]:
-    return f"{fit['verdict']} | - | - | -"
-  return (f"{pm(fit, 'L0')} | {pm(fit, 'c', c_spec)} | {pm(fit, 'alpha', '.3f', '.3f')} | "
-          f"{fit['r2']:.4f}")
+    return f"{fit['verdict']} | - | -" + (" | -" if c_spec else "")
+  c_cell = f"{pm(fit, 'c', c_spec)} | " if c_spec else ""
+  return f"{pm(fit, 'L0')} | {c_cell}{pm(fit, 'alpha', *alpha_spec)} | {fit['r2']:.4f}"
 
 
 def value_or_dash(value: float | None) -> str:

@@ -322,6 +322,12 @@ def _stationarity_section(results: dict) -> list[str]:
   return lines
 
 
+def check_lines(found: list[checks_lib.Check]) -> list[str]:
+  """A report's check list: the header line, a line per check, the tolerances."""
+  return ([checks_lib.header_line(found), ""] + [checks_lib.check_line(check) for check in found]
+          + ["", checks_lib.tolerances_line()])
+
+
 def _training_header(config: dict, kind: str) -> str:
   """Sizes and training of one model kind, with its `model_overrides` applied."""
   own = records.kind_config(config, kind)
@@ -358,10 +364,7 @@ def write_report(workdir: str) -> str:
                           f"{s['wall_time_s'] / 60:.0f} min)" for s in results["joined_from"])
               + ". Steps between depths from different runs have no paired standard error.",
               ""]
-  found = checks_lib.run_checks(results)
-  lines += ["## Checks against the paper", "", checks_lib.header_line(found), ""]
-  lines += [checks_lib.check_line(check) for check in found]
-  lines += ["", checks_lib.tolerances_line()]
+  lines += ["## Checks against the paper", ""] + check_lines(checks_lib.run_checks(results))
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
             "what was tried to find the regime where it does."]
   lines += ["", "## Depth fits  R_L = L0 + c L^-alpha", ""]
