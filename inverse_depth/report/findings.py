@@ -9,6 +9,7 @@ every check misses; partly: m of n pass) and the folders that hold the runs.
 
 from inverse_depth import checks, claims, records
 from inverse_depth.files import write_text_atomic
+from inverse_depth.report.markdown import row as table_row, table
 
 
 def regime_name(config: dict, model: str = "softmax") -> str:
@@ -64,10 +65,9 @@ def build(root: str = ".") -> str:
            f"{checks.DISAGREEMENT_LEVEL_TOLERANCE:.0%} over the last doubling of depth). "
            "Where a claim was tested in two training regimes it has a row for each; the "
            "regime is the name the run's config.json records (docs/regimes.md). What the "
-           "rows mean, and why some miss: README \"What we find\", BUILD_NOTES.md.", "",
-           "| claim | paper | ours | regime | verdict | runs |", "|---|---|---|---|---|---|"]
-  lines += [f"| {row['claim']} | {row['paper']} | {row['ours']} | {row['regime']} | "
-            f"{row['verdict']} | {row['where']} |" for row in rows]
+           "rows mean, and why some miss: README \"What we find\", BUILD_NOTES.md.", ""]
+  lines += table("claim", "paper", "ours", "regime", "verdict", "runs")
+  lines += [table_row(*found.values()) for found in rows]
   return "\n".join(lines) + "\n"
 
 
