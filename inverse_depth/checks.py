@@ -742,6 +742,25 @@ def header_line(found: list[Check]) -> str:
           + (f"; {no_verdict}" if no_verdict else "") + "." if found else "Checks: none apply.")
 
 
+def verdict_of(found: list[Check]) -> str:
+  """A claim's verdict in FINDINGS.md from its checks: reproduced (every check passes), not
+  reproduced (every check misses), partly (m of n); checks that gave no verdict
+  (Check.status: not stationary, not testable, unresolved) are named instead of counted as
+  plain misses: "not stationary" where every check is."""
+  if not found:
+    return "not run"
+  passed = sum(check.passed for check in found)
+  if passed == len(found):
+    return "**reproduced**"
+  statuses = [check.status for check in found if check.status]
+  named = "; ".join(f"{statuses.count(status)} {status}" for status in STATUSES
+                    if status and status in statuses)
+  if len(statuses) == len(found):
+    return named if len(set(statuses)) > 1 else statuses[0]
+  base = "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
+  return base + (f" ({named})" if named else "")
+
+
 def check_line(check: Check) -> str:
   """A report's line for one check: '- PASS (claim): text' or '- MISS (not stationary)
   (claim): text'."""

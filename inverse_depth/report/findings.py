@@ -3,8 +3,8 @@ results.json files, so that it cannot drift from the data (tests/test_findings.p
 it and compares).
 
 Each row names the claim, the paper's number, ours, the training regime (the name the run's
-config recorded), a verdict counted from the checks (reproduced: every check passes; not reproduced:
-every check misses; partly: m of n pass) and the folders that hold the runs.
+config recorded), a verdict counted from the checks (checks.verdict_of) and the folders that
+hold the runs.
 """
 
 from inverse_depth import checks, claims, records
@@ -18,24 +18,6 @@ def regime_name(config: dict, model: str = "softmax") -> str:
   return f"`{records.kind_config(config, model)['regime']}`"
 
 
-def verdict(found: list[checks.Check]) -> str:
-  """reproduced (every check passes), not reproduced (every check misses), partly (m of n);
-  checks that gave no verdict (Check.status: not stationary, not testable, unresolved) are
-  named instead of counted as plain misses: "not stationary" where every check is."""
-  if not found:
-    return "not run"
-  passed = sum(check.passed for check in found)
-  if passed == len(found):
-    return "**reproduced**"
-  statuses = [check.status for check in found if check.status]
-  named = "; ".join(f"{statuses.count(status)} {status}" for status in checks.STATUSES
-                    if status and status in statuses)
-  if len(statuses) == len(found):
-    return named if len(set(statuses)) > 1 else statuses[0]
-  base = "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
-  return base + (f" ({named})" if named else "")
-
-
 def row(claim: claims.Claim, root: str) -> dict:
   """One FINDINGS row: the claim measured on the committed results under `root`."""
   finding = claim.measure(root)
@@ -44,7 +26,7 @@ def row(claim: claims.Claim, root: str) -> dict:
   else:
     results = claims.load(root, claim.folders[0])
     regime = claim.regime or (regime_name(results["config"], claim.model) if results else "-")
-    ours, verdict_text = finding.ours, finding.verdict or verdict(finding.checks)
+    ours, verdict_text = finding.ours, finding.verdict or checks.verdict_of(finding.checks)
   return dict(claim=claim.text, paper=claim.paper, ours=ours, regime=regime,
               verdict=verdict_text,
               where=claim.where or ", ".join(f"`{folder}`" for folder in claim.folders))

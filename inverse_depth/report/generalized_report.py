@@ -102,24 +102,9 @@ def depth_table(results: dict) -> list[str]:
   return lines
 
 
-def last_interval_change(metrics: list[dict], fit: dict) -> dict | None:
-  """How a grid's validation loss changed over its last evaluation interval: the relative
-  change of the mean over its models (`mean`), the largest single-model fall
-  (`largest_fall`, the most negative change) and the interval in steps; None with fewer
-  than two evaluations."""
-  curve = [m for m in metrics if (m["model"], m["a"], m["b"]) == (fit["model"], fit["a"], fit["b"])
-           and m.get("val_loss") is not None]
-  if len(curve) < 2:
-    return None
-  before, after = (np.asarray(m["val_loss"], np.float64) for m in curve[-2:])
-  return dict(mean=float(after.mean() / before.mean() - 1),
-              largest_fall=float(np.nanmin(after / before - 1)),
-              steps=curve[-1]["step"] - curve[-2]["step"])
-
-
 def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
   """How a grid was trained, and how much its validation loss still fell over the last
-  evaluation interval (`last_interval_change`; a model still falling there is
+  evaluation interval (`analysis.last_interval_change`; a model still falling there is
   under-trained)."""
   own = records.kind_config(results["config"], fit["model"])
   text = f"{own['max_steps']} steps, batch {own['batch_size']}"
@@ -140,7 +125,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       bound = fit.get("bound") or {}
       total = len(records.runs_of(results, fit))
       flagged = len(fit.get("flagged") or [])
-      change = last_interval_change(metrics.get(name, []), fit)
+      change = analysis.last_interval_change(metrics.get(name, []), fit)
       lines.append(row(name, fit["model"], f"top-{fit['k']}",
                        f"{bound['single']:.4g}" if "single" in bound else "-",
                        training_sentence(results, fit, change), f"{flagged} of {total}",

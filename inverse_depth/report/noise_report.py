@@ -7,11 +7,10 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, records, sgd_noise
+from inverse_depth import sgd_noise
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import run_report
 from inverse_depth.report.markdown import fit_cells, row, table
-from inverse_depth.workdir import read_results
 
 
 def noise_markdown(found: dict) -> str:
@@ -68,41 +67,6 @@ def write_markdown(workdir: str, found: dict | None = None) -> str:
   return path
 
 
-def _deepest_stationary(results: dict, fit: dict) -> int | None:
-  """The deepest depth of a fit's grid at which every clean model passed the stationarity
-  test (None when none did, or the run has no averaging window)."""
-  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit)) if "stationarity" in r]
-  depths = [L for L in sorted({r["depth"] for r in runs})
-            if all(r["stationarity"]["stationary"] for r in runs if r["depth"] == L)]
-  return depths[-1] if depths else None
-
-
-def sweep_rows(workdirs: list[str]) -> list[dict]:
-  """One row per (run, rate) of finished constant-rate runs: eta_eff / B, the fit, A_L - C_L
-  at the deepest stationary depth, and the predicted c where sgd_noise.json exists."""
-  rows = []
-  for workdir in workdirs:
-    results = read_results(workdir)
-    noise_path = os.path.join(workdir, sgd_noise.NOISE_FILE)
-    predictions = {}
-    if os.path.exists(noise_path):
-      with open(noise_path) as f:
-        predictions = {e["learning_rate"]: e for e in json.load(f)["rates"]}
-    config = results["config"]
-    for fit in results["fits"]:
-      rate = fit["learning_rate"]
-      deepest = _deepest_stationary(results, fit)
-      gap = (fit["disagreement"][fit["depths"].index(deepest)]
-             if deepest in fit["depths"] else float("nan"))
-      predicted = predictions.get(rate, {})
-      rows.append(dict(workdir=workdir, learning_rate=rate, batch_size=config["batch_size"],
-                       eta_eff_over_B=rate / (1 - config["momentum"]) / config["batch_size"],
-                       fit=fit, deepest_stationary=deepest, disagreement=gap,
-                       predicted_c=predicted.get("predicted_c", float("nan")),
-                       predicted_c_se=predicted.get("predicted_c_se", float("nan"))))
-  return sorted(rows, key=lambda r: r["eta_eff_over_B"])
-
-
 def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   """out_dir/sweep.md (the table) and out_dir/figures/sweep.png (R_L - L0 against L, log-log,
   one curve per setting) from the runs' results.json and sgd_noise.json; returns the path."""
@@ -113,7 +77,7 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   lines += table("run", "batch", "rate", "eta_eff / B", "L0", "c", "alpha", "R^2",
                  "A_L - C_L (at L)", "predicted c", "fitted / predicted c")
   fig, ax = run_report.plt.subplots(figsize=(6, 4.5))
-  for i, setting in enumerate(sweep_rows(workdirs)):
+  for i, setting in enumerate(sgd_noise.sweep_rows(workdirs)):
     fit = setting["fit"]
     ratio = (fit["c"] / setting["predicted_c"]
              if fit["resolved"] and np.isfinite(setting["predicted_c"]) else float("nan"))
