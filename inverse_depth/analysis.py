@@ -485,3 +485,18 @@ def sign_test(num_lower: int, num_models: int) -> float:
   """Two-sided binomial p-value of `num_lower` falls among `num_models` changes, each as
   likely to rise as to fall if training longer changed nothing."""
   return float(scipy.stats.binomtest(num_lower, num_models).pvalue) if num_models else 1.0
+
+
+def last_interval_change(metrics: list[dict], fit: dict) -> dict | None:
+  """How a grid's validation loss changed over its last evaluation interval: the relative
+  change of the mean over its models (`mean`), the largest single-model fall
+  (`largest_fall`, the most negative change) and the interval in steps; None with fewer
+  than two evaluations."""
+  curve = [m for m in metrics if (m["model"], m["a"], m["b"]) == (fit["model"], fit["a"], fit["b"])
+           and m.get("val_loss") is not None]
+  if len(curve) < 2:
+    return None
+  before, after = (np.asarray(m["val_loss"], np.float64) for m in curve[-2:])
+  return dict(mean=float(after.mean() / before.mean() - 1),
+              largest_fall=float(np.nanmin(after / before - 1)),
+              steps=curve[-1]["step"] - curve[-2]["step"])

@@ -71,7 +71,7 @@ GAP_LOCAL_SLOPE_TOLERANCE = 0.5
 FORWARD_IDENTITY_TOLERANCE = 1e-4
 # A depth-L optimum of cosine layers within this fraction of the loss of the full mixture
 # (or within EXPONENT_STANDARD_ERRORS paired errors) has reached it
-# (report.run_report.write_cosine_mixture_report).
+# (settled_depth).
 SATURATION_FRACTION = 1e-3
 
 CLAIMS = ("depth law", "depth trend", "no depth trend", "Table 1 softmax floor", "Table 1 linear floor",
@@ -742,6 +742,25 @@ def header_line(found: list[Check]) -> str:
           + (f"; {no_verdict}" if no_verdict else "") + "." if found else "Checks: none apply.")
 
 
+def verdict_of(found: list[Check]) -> str:
+  """A claim's verdict in FINDINGS.md from its checks: reproduced (every check passes), not
+  reproduced (every check misses), partly (m of n); checks that gave no verdict
+  (Check.status: not stationary, not testable, unresolved) are named instead of counted as
+  plain misses: "not stationary" where every check is."""
+  if not found:
+    return "not run"
+  passed = sum(check.passed for check in found)
+  if passed == len(found):
+    return "**reproduced**"
+  statuses = [check.status for check in found if check.status]
+  named = "; ".join(f"{statuses.count(status)} {status}" for status in STATUSES
+                    if status and status in statuses)
+  if len(statuses) == len(found):
+    return named if len(set(statuses)) > 1 else statuses[0]
+  base = "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
+  return base + (f" ({named})" if named else "")
+
+
 def check_line(check: Check) -> str:
   """A report's line for one check: '- PASS (claim): text' or '- MISS (not stationary)
   (claim): text'."""
@@ -754,6 +773,17 @@ def falls_and_rises(fit: dict) -> tuple[int, int]:
   paired = fit.get("paired_differences", [])
   return (sum(p["difference"] < -EXPONENT_STANDARD_ERRORS * p["se"] for p in paired),
           sum(p["difference"] > EXPONENT_STANDARD_ERRORS * p["se"] for p in paired))
+
+
+def settled_depth(by_layers: list[dict], mixture: float) -> int | None:
+  """The least L from which every depth-L' >= L optimum of cosine layers (theory.softmax_bound's
+  average_by_layers or mixture_by_layers) has reached the full mixture: its excess within
+  EXPONENT_STANDARD_ERRORS paired errors or SATURATION_FRACTION of the mixture's loss (an
+  average can rise again: 4 layers cannot always copy the weights of 3); None if even the
+  deepest is above it."""
+  reached = [entry["excess"] <= max(EXPONENT_STANDARD_ERRORS * entry["excess_se"],
+                                    SATURATION_FRACTION * mixture) for entry in by_layers]
+  return next((L for L in range(1, len(by_layers) + 1) if all(reached[L - 1:])), None)
 
 
 def observed_trend(fit: dict) -> str:

@@ -245,6 +245,19 @@ def appendix_status(variant: dict | None, control: dict | None,
   return ("holds" if found.passed else "fails"), [found]
 
 
+def holds_in(statuses: dict[str, str], paper_finds_law: bool | None) -> str:
+  """In which regimes an appendix C claim holds, from its appendix_status by regime name."""
+  holds = [name for name, status in statuses.items() if status == "holds"]
+  fails = [name for name, status in statuses.items() if status == "fails"]
+  if paper_finds_law is None:
+    return "no claim"
+  if holds:
+    return " and ".join(holds) + (" only" if len(holds) < len(statuses) else "")
+  if fails:
+    return "neither: fails in " + " and ".join(fails)
+  return "not resolved: " + ", ".join(f"{status} in {name}" for name, status in statuses.items())
+
+
 # --- how each claim is measured ----------------------------------------------------------------
 
 

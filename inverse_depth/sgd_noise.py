@@ -22,7 +22,8 @@ import os
 import jax
 import numpy as np
 
-from inverse_depth import config as config_lib, diagnostics, experiment, models, theory
+from inverse_depth import analysis, config as config_lib, diagnostics, experiment, models
+from inverse_depth import records, theory
 from inverse_depth.files import write_json_atomic
 from inverse_depth.workdir import read_results
 
@@ -112,3 +113,38 @@ def predict(workdir: str, num_contexts: int = 4096, results_dir: str | None = No
              rates=entries)
   write_json_atomic(os.path.join(results_dir, NOISE_FILE), out)
   return out
+
+
+def _deepest_stationary(results: dict, fit: dict) -> int | None:
+  """The deepest depth of a fit's grid at which every clean model passed the stationarity
+  test (None when none did, or the run has no averaging window)."""
+  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit)) if "stationarity" in r]
+  depths = [L for L in sorted({r["depth"] for r in runs})
+            if all(r["stationarity"]["stationary"] for r in runs if r["depth"] == L)]
+  return depths[-1] if depths else None
+
+
+def sweep_rows(workdirs: list[str]) -> list[dict]:
+  """One row per (run, rate) of finished constant-rate runs: eta_eff / B, the fit, A_L - C_L
+  at the deepest stationary depth, and the predicted c where sgd_noise.json exists."""
+  rows = []
+  for workdir in workdirs:
+    results = read_results(workdir)
+    noise_path = os.path.join(workdir, NOISE_FILE)
+    predictions = {}
+    if os.path.exists(noise_path):
+      with open(noise_path) as f:
+        predictions = {e["learning_rate"]: e for e in json.load(f)["rates"]}
+    config = results["config"]
+    for fit in results["fits"]:
+      rate = fit["learning_rate"]
+      deepest = _deepest_stationary(results, fit)
+      gap = (fit["disagreement"][fit["depths"].index(deepest)]
+             if deepest in fit["depths"] else float("nan"))
+      predicted = predictions.get(rate, {})
+      rows.append(dict(workdir=workdir, learning_rate=rate, batch_size=config["batch_size"],
+                       eta_eff_over_B=rate / (1 - config["momentum"]) / config["batch_size"],
+                       fit=fit, deepest_stationary=deepest, disagreement=gap,
+                       predicted_c=predicted.get("predicted_c", float("nan")),
+                       predicted_c_se=predicted.get("predicted_c_se", float("nan"))))
+  return sorted(rows, key=lambda r: r["eta_eff_over_B"])

@@ -16,10 +16,10 @@ def test_committed_findings_match_the_committed_results():
 
 def test_verdicts_count_the_checks():
   passing, missing = checks.Check("depth law", True, ""), checks.Check("depth law", False, "")
-  assert findings.verdict([passing, passing]) == "**reproduced**"
-  assert findings.verdict([missing]) == "not reproduced"
-  assert findings.verdict([passing, missing, missing]) == "partly (1 of 3 checks)"
-  assert findings.verdict([]) == "not run"
+  assert checks.verdict_of([passing, passing]) == "**reproduced**"
+  assert checks.verdict_of([missing]) == "not reproduced"
+  assert checks.verdict_of([passing, missing, missing]) == "partly (1 of 3 checks)"
+  assert checks.verdict_of([]) == "not run"
 
 
 def test_a_root_without_results_reports_every_row_not_run(tmp_path):

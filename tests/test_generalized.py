@@ -567,11 +567,11 @@ def test_last_interval_change_is_per_grid_and_names_the_largest_fall():
     return dict(model="softmax", a=a, b=0.0, step=step, val_loss=val_loss)
   metrics = [line(250, 0.0, [[1.0, 1.0, 1.0, 1.0]]), line(250, 0.5, [[9.0, 9.0, 9.0, 9.0]]),
              line(500, 0.0, [[1.0, 1.0, 1.0, 0.9]]), line(500, 0.5, [[9.0, 9.0, 9.0, 9.0]])]
-  change = generalized_report.last_interval_change(metrics, dict(model="softmax", a=0.0, b=0.0))
+  change = analysis.last_interval_change(metrics, dict(model="softmax", a=0.0, b=0.0))
   assert change["steps"] == 250
   assert change["mean"] == pytest.approx(-0.025)
   assert change["largest_fall"] == pytest.approx(-0.1)
-  flat = generalized_report.last_interval_change(metrics, dict(model="softmax", a=0.5, b=0.0))
+  flat = analysis.last_interval_change(metrics, dict(model="softmax", a=0.5, b=0.0))
   assert flat == dict(mean=0.0, largest_fall=0.0, steps=250)
 
 

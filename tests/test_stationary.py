@@ -205,7 +205,7 @@ def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
       next(f["c"] for f in swept["fits"] if f["learning_rate"] == e["learning_rate"])
       for e in predicted]
   assert predicted[0]["trace_layer"] != predicted[1]["trace_layer"]
-  rows = noise_report.sweep_rows([str(tmp_path / "sweep"), str(tmp_path / "alone")])
+  rows = sgd_noise.sweep_rows([str(tmp_path / "sweep"), str(tmp_path / "alone")])
   assert [(r["batch_size"], r["learning_rate"]) for r in rows] == [(32, 0.005), (32, 0.02),
                                                                    (32, 0.02)]
   assert np.isnan(rows[2]["predicted_c"]) != np.isnan(rows[1]["predicted_c"])  # alone: none

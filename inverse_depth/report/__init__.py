@@ -9,6 +9,7 @@ non-interactive Agg backend.
     regime_report     several training regimes of one problem side by side
     noise_report      the SGD law against optimiser noise (sgd_noise.md, the sweep table)
     findings          FINDINGS.md, one row per claim of the paper
+    markdown          the table and cell helpers they share
 """
 
 import matplotlib

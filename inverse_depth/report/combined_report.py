@@ -16,6 +16,8 @@ from inverse_depth import analysis, claims, paper, records, theory
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt, run_report
+from inverse_depth.report.markdown import (fit_cells, percent, pm, row, spectrum, table,
+                                           value_or_dash)
 from inverse_depth.workdir import read_metrics
 
 # (workdir name, config file) in the order `make reproduce` runs them. Table 5 and the
@@ -41,12 +43,6 @@ SGD_TABLES_ROOT = claims.SGD_TABLES
 SGD_TABLE_RUNS = (("table1", "experiments/configs/sgd_table1.py"),
                   ("table4", "experiments/configs/sgd_table4.py"),
                   ("table4_top16", "experiments/configs/sgd_table4_top16.py"))
-
-
-def _percent(ours: float, theirs: float | None) -> str:
-  if theirs is None or not np.isfinite(ours):
-    return "-"
-  return f"{100 * (ours / theirs - 1):+.1f}%"
 
 
 def deepest(fit: dict) -> tuple[int | None, float]:
@@ -75,38 +71,38 @@ def linear_floor_of(results: dict, fit: dict) -> tuple[float, str]:
                 else f"R at L={depth}")
 
 
+def _not_run(title: str, results: dict | None, name: str) -> list[str]:
+  """A section's title lines, with 'Not run' where its results are missing."""
+  return [title, ""] + (["Not run (no results.json for " + name + ")."] if results is None else [])
+
+
 def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Check]]:
   """Table 1 rows (both models, seven spectra) and the checks the issue asks for."""
-  lines = ["## Table 1: floors on the difficult task (top-2)", ""]
+  lines = _not_run("## Table 1: floors on the difficult task (top-2)", results, "table1")
   if results is None:
-    return lines + ["Not run (no results.json for table1)."], []
-  lines += ["| (a, b) | softmax floor | paper | diff | best single cosine layer | best mixture | "
-            "linear floor | paper | diff | theory T - h^T G^+ h | "
-            "linear floor vs its L = 2 loss (same measure) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-  soft = {(f["a"], f["b"]): f for f in records.fits_of(results, "softmax")}
-  lin = {(f["a"], f["b"]): f for f in records.fits_of(results, "linear")}
-  for key in sorted(set(soft) | set(lin), key=lambda ab: (ab[0], ab[1])):
+    return lines, []
+  lines += table("(a, b)", "softmax floor", "paper", "diff", "best single cosine layer",
+                 "best mixture", "linear floor", "paper", "diff", "theory T - h^T G^+ h",
+                 "linear floor vs its L = 2 loss (same measure)")
+  fits = {model: {(f["a"], f["b"]): f for f in records.fits_of(results, model)}
+          for model in ("softmax", "linear")}
+  for key in sorted(set(fits["softmax"]) | set(fits["linear"])):
     cells = [f"({key[0]:g}, {key[1]:g})"]
-    for model, fits in (("softmax", soft), ("linear", lin)):
-      fit = fits.get(key)
+    for model, by_spectrum in fits.items():
+      fit = by_spectrum.get(key)
       if fit is None:
         cells += ["not run"] + ["-"] * 4
         continue
-      runs = records.runs_of(results, fit)
       value, how = floor_of(fit) if model == "softmax" else linear_floor_of(results, fit)
       target = paper.table1_floor(model, "topk", 2, *key)
-      cells += [f"{value:.4g} ({how})", f"{target:g}" if target else "-",
-                _percent(value, target)]
       bound = fit.get("bound") or {}
+      cells += [f"{value:.4g} ({how})", value_or_dash(target), percent(value, target)]
       if model == "softmax":
-        cells += [f"{bound['single']:.4g} +- {bound['single_se']:.2g}" if bound else "-",
-                  f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}" if bound else "-"]
+        cells += [pm(bound, "single") if bound else "-", pm(bound, "mixture") if bound else "-"]
       else:
-        flat, _ = checks_lib.linear_depth_change(fit, runs)
-        cells += [f"{bound['floor']:.4g} +- {bound['floor_se']:.2g}" if bound else "-",
-                  f"{100 * flat:+.2f}%"]
-    lines.append("| " + " | ".join(cells) + " |")
+        flat, _ = checks_lib.linear_depth_change(fit, records.runs_of(results, fit))
+        cells += [pm(bound, "floor") if bound else "-", f"{100 * flat:+.2f}%"]
+    lines.append(row(*cells))
   lines += ["", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a "
             "depth law, else the deepest clean loss (shown; only a fitted L0 is checked against "
             "the paper's). Linear floor: the deepest clean loss (the "
@@ -125,12 +121,12 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
   """Fitted exponents beside zeta and 2 zeta (the asymptotic band) and beside the slopes
   theory gives on the run's own depths and d: L repeated unit steps (the start of a
   `value_init="identity"` model with step 1) and the best degree-L polynomial."""
-  lines = ["## Table 2: linear model, easy task: R_L = c L^-alpha", ""]
+  lines = _not_run("## Table 2: linear model, easy task: R_L = c L^-alpha", results, "table2")
   if results is None:
-    return lines + ["Not run (no results.json for table2)."], []
-  lines += ["| (a, b) | zeta | alpha (ours) | R^2 | 2 zeta | paper alpha | diff | between zeta "
-            "and 2 zeta? | slope of L unit steps, same depths | slope of the best polynomial, "
-            "same depths | losses by depth |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    return lines, []
+  lines += table("(a, b)", "zeta", "alpha (ours)", "R^2", "2 zeta", "paper alpha", "diff",
+                 "between zeta and 2 zeta?", "slope of L unit steps, same depths",
+                 "slope of the best polynomial, same depths", "losses by depth")
   d = results["runs"][0]["d"] if results["runs"] else None
   for fit in records.fits_of(results, "linear"):
     a, b, depths = fit["a"], fit["b"], fit["depths"]
@@ -141,14 +137,12 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
                                for L in depths])
     best = _slope(depths, [theory.optimal_polynomial_risk(d=d, a=a, b=b, depth=int(L))["risk"]
                            for L in depths])
-    lines.append(f"| ({a:g}, {b:g}) | {z:.3g} | {alpha:.3f} +- "
-                 f"{fit['alpha_se']:.2g} | {fit['r2']:.4f} | {2 * z:.3g} | "
-                 f"{target if target else '-'} | {_percent(alpha, target)} | "
-                 f"{'yes' if checks_lib.table2_exponent_band(fit).passed else 'no'} | "
-                 f"{repeated:.2f} | "
-                 f"{best:.2f} | "
-                 + ", ".join(f"{L:g}: {R:.3g}" for L, R in zip(depths, fit["losses"]))
-                 + " |")
+    in_band = checks_lib.table2_exponent_band(fit).passed
+    lines.append(row(spectrum(fit), f"{z:.3g}", f"{alpha:.3f} +- {fit['alpha_se']:.2g}",
+                     f"{fit['r2']:.4f}", f"{2 * z:.3g}", value_or_dash(target),
+                     percent(alpha, target), "yes" if in_band else "no", f"{repeated:.2f}",
+                     f"{best:.2f}", ", ".join(f"{L:g}: {R:.3g}"
+                                              for L, R in zip(depths, fit["losses"]))))
   lines += ["", f"zeta and 2 zeta bound the exponent as L and d grow. On the run's own depths "
             f"and d = {d}, theory gives the two slopes beside them: L identical unit steps of "
             "gradient descent (`theory.repeated_update_risk`) and the best degree-L residual "
@@ -165,9 +159,9 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   lines = ["## Table 3: linear floor, theory against trained", ""]
   if not linear_grids:
     return lines + ["Not run (no linear difficult-task grid in table1, table3 or table3_top2)."], []
-  lines += ["| k | (a, b) | theory T - h^T G^+ h | trained: loss averaged over beta (deepest L) "
-            "| diff | trained: held-out MSE | floor at this P (S^r q) | diff | paper theory | "
-            "paper trained |", "|---|---|---|---|---|---|---|---|---|---|"]
+  lines += table("k", "(a, b)", "theory T - h^T G^+ h",
+                 "trained: loss averaged over beta (deepest L)", "diff", "trained: held-out MSE",
+                 "floor at this P (S^r q)", "diff", "paper theory", "paper trained")
   for fit, runs in linear_grids:
     bound = fit.get("bound")
     if not bound:
@@ -177,18 +171,14 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     held_out_se = float(np.mean([r["eval_loss_se"] for r in analysis.clean_runs(runs)
                                  if r["depth"] == depth] or [np.nan]))
     quoted = paper.TABLE3_FLOOR.get((fit["k"], fit["a"], fit["b"]), {})
-    context_floor = bound["context_floor"]
-    at_this_P = (f"{context_floor:.4g} +- {bound['context_floor_se']:.2g} | "
-                 f"{_percent(trained, context_floor)}")
     averaged = measure == "averaged over beta"  # else plateau_loss fell back to the MSE
-    averaged_cell = (f"{trained:.4g} +- {trained_se:.2g} (L={depth})" if averaged
-                     else f"not recorded (L={depth})")
-    averaged_diff = _percent(trained, bound["floor"]) if averaged else "-"
-    lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | {bound['floor']:.4g} +- "
-                 f"{bound['floor_se']:.2g} | {averaged_cell} | "
-                 f"{averaged_diff} | {held_out:.4g} +- {held_out_se:.2g} | "
-                 f"{at_this_P} | {run_report.value_or_dash(quoted.get('theory'))} | "
-                 f"{run_report.value_or_dash(quoted.get('trained'))} |")
+    lines.append(row(fit["k"], spectrum(fit), pm(bound, "floor"),
+                     f"{trained:.4g} +- {trained_se:.2g} (L={depth})" if averaged
+                     else f"not recorded (L={depth})",
+                     percent(trained, bound["floor"]) if averaged else "-",
+                     f"{held_out:.4g} +- {held_out_se:.2g}", pm(bound, "context_floor"),
+                     percent(trained, bound["context_floor"]),
+                     value_or_dash(quoted.get("theory")), value_or_dash(quoted.get("trained"))))
   lines += ["", "Trained: the loss of the deepest clean model averaged exactly over the task "
             "vector beta on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = "
             "(U w - t)^T Omega (U w - t) with w = d y_hat / d y (the model is linear in the "
@@ -206,29 +196,30 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   return lines, claims.table3_checks(linear_grids)
 
 
+def _bound_cells(bound: dict) -> list[str]:
+  """The best single and mixed cosine layers of a softmax grid's bound, '-' where missing."""
+  return [f"{bound[key]:.4g}" if bound.get(key) else "-" for key in ("single", "mixture")]
+
+
 def table4_lines(table_results: list[dict | None]) -> list[str]:
   """Table 4 rows of every softmax grid of `table_results` (None for a run not finished): the
-  weighted fit the Table 4 check decides on (`checks.law_fits` "primary") beside the paper's
+  weighted fit the Table 4 check decides on (`claims.decided_fit`) beside the paper's
   exponent and its distance in the fit's standard errors, R_L by depth, and the best single
   and mixed cosine layers (the range a fit has to work with)."""
-  lines = ["| k | (a, b) | fitted L0 | alpha | R^2 | paper alpha | (ours - paper) / se | "
-           "R_L by depth | best single cosine layer | best mixture |", "|---" * 10 + "|"]
+  lines = table("k", "(a, b)", "fitted L0", "alpha", "R^2", "paper alpha", "(ours - paper) / se",
+                "R_L by depth", "best single cosine layer", "best mixture")
   grids = [(fit, records.runs_of(results, fit)) for results in table_results
            for fit in records.fits_of(results, "softmax")]
   if not grids:
-    return lines + ["| - | - | not run |" + " - |" * 7]
+    return lines + [row("-", "-", "not run", *["-"] * 7)]
   for fit, runs in grids:
     decided = claims.decided_fit(fit, runs)
     target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
     distance = (f"{(decided['alpha'] - target) / decided['alpha_se']:+.1f}"
                 if decided["resolved"] and target else "-")
     curve = ", ".join(f"{L:g}: {R:.4g}" for L, R in zip(fit["depths"], fit["losses"]))
-    bound = fit.get("bound") or {}
-    lines.append(f"| {fit['k']} | ({fit['a']:g}, {fit['b']:g}) | "
-                 f"{_fit_cells(decided)} | "
-                 f"{run_report.value_or_dash(target)} | {distance} | {curve} | "
-                 + " | ".join(f"{bound[key]:.4g}" if bound.get(key) else "-"
-                              for key in ("single", "mixture")) + " |")
+    lines.append(row(fit["k"], spectrum(fit), _fit_cells(decided), value_or_dash(target),
+                     distance, curve, *_bound_cells(fit.get("bound") or {})))
   return lines
 
 
@@ -237,29 +228,25 @@ def table5_lines(results: dict | None) -> list[str]:
   (`checks.gap_fit`: L0 held at its weighted fit, the slope's standard error, its local
   slopes), the same gap measured from the best single cosine layer instead of the fitted
   L0, and C_L and A_L - C_L by depth with their change over the last doubling."""
-  lines = ["| (a, b) | gap alpha (L0 held at its fit; se of the slope) | R^2 | depths | "
-           "local slopes | gap alpha from the best single cosine layer | C_L by depth | "
-           "C_L, last doubling | A_L - C_L by depth | A_L - C_L, last doubling |",
-           "|---" * 10 + "|"]
+  lines = table("(a, b)", "gap alpha (L0 held at its fit; se of the slope)", "R^2", "depths",
+                "local slopes", "gap alpha from the best single cosine layer", "C_L by depth",
+                "C_L, last doubling", "A_L - C_L by depth", "A_L - C_L, last doubling")
   for fit in records.fits_of(results, "softmax"):
     gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))
     gap_cells = (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g} | {gap['r2']:.3f} | "
-                 f"{', '.join(f'{L:g}' for L in gap['depths'])} | "
+                 + ", ".join(f"{L:g}" for L in gap["depths"]) + " | "
                  + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
                  + (" (a power law)" if gap["power_law"] else " (not a power law)")
                  if gap and np.isfinite(gap["alpha"]) else "no fit | - | - | -")
     bound = fit.get("bound") or {}
     single = (analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
               if bound.get("single") else None)
-    single_cell = (f"{single['alpha']:.2f} +- {single['alpha_se']:.2g}"
-                   if single and np.isfinite(single["alpha"]) else "no fit")
-    per_depth = [", ".join(f"{value:.3f}" for value in fit[field] if np.isfinite(value))
-                 for field in ("shared_error", "disagreement")]
-    lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {gap_cells} | {single_cell} | "
-                 f"{per_depth[0]} | "
-                 f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
-                 f"{per_depth[1]} | "
-                 f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%} |")
+    cells = [spectrum(fit), gap_cells, f"{single['alpha']:.2f} +- {single['alpha_se']:.2g}"
+             if single and np.isfinite(single["alpha"]) else "no fit"]
+    for field in ("shared_error", "disagreement"):
+      cells += [", ".join(f"{value:.3f}" for value in fit[field] if np.isfinite(value)),
+                f"{checks_lib.last_doubling_change(fit, field):+.1%}"]
+    lines.append(row(*cells))
   low, high = paper.TABLE5_ALPHA_RANGE
   return lines + ["", f"Paper: gap alpha {low}-{high} for all seven spectra, C_L and A_L - C_L "
                   "levelling off."]
@@ -279,6 +266,13 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
       "under constant-step SGD\"; FINDINGS.md says which reproduce.")]
 
 
+def table5_section(results: dict | None) -> list[str]:
+  """Table 5 of the `make reproduce` Table 1 run (table5_lines)."""
+  lines = _not_run("## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)",
+                   results, "table1")
+  return lines if results is None else lines + table5_lines(results)
+
+
 def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
   """Where the law appears: per (regime, workdir, results) the fit of R_L = L0 + c L^-alpha,
   its floor against the paper's Table 1 value, and the change of C_L and of A_L - C_L over
@@ -289,48 +283,39 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
   lines = ["## Where the law appears: one problem under each training regime", "",
            "Softmax, top-2, isotropic, d = 16, P = 128 (BUILD_NOTES.md \"Where the law appears\"; "
            f"docs/regimes.md). Paper: L0 = {target:g} with alpha ~ 1, C_L and A_L - C_L level.",
-           "",
-           "| regime | run | depths | R_L | fit L0 (vs paper) | alpha | R^2 | C_L, last doubling "
-           "| A_L - C_L, last doubling |", "|---|---|---|---|---|---|---|---|---|"]
+           ""] + table("regime", "run", "depths", "R_L", "fit L0 (vs paper)", "alpha", "R^2",
+                       "C_L, last doubling", "A_L - C_L, last doubling")
   for name, workdir, results in regimes:
     fit = records.fits_of(results, "softmax")[0]
-    curve = ", ".join(f"{loss:.3f}" for loss in fit["losses"])
-    fit_cells = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} ({_percent(fit['L0'], target)}) | "
-                 f"{fit['alpha']:.2f} +- {fit['alpha_se']:.2f} | {fit['r2']:.3f}"
-                 if fit["resolved"] else f"{fit['verdict']} | - | -")
-    lines.append(f"| {name} | `{workdir}` | {min(fit['depths']):g}..{max(fit['depths']):g} | "
-                 f"{curve} | {fit_cells} | "
-                 f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%} | "
-                 f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%} |")
+    fit_text = (f"{pm(fit, 'L0')} ({percent(fit['L0'], target)}) | "
+                f"{pm(fit, 'alpha', '.2f', '.2f')} | {fit['r2']:.3f}"
+                if fit["resolved"] else f"{fit['verdict']} | - | -")
+    lines.append(row(name, f"`{workdir}`", f"{min(fit['depths']):g}..{max(fit['depths']):g}",
+                     ", ".join(f"{loss:.3f}" for loss in fit["losses"]), fit_text,
+                     f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%}",
+                     f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%}"))
   return lines
 
 
 def _fit_cells(fit: dict) -> str:
   """'L0 +- se | alpha +- se | R^2' of a fit, or its verdict."""
-  if not fit["resolved"]:
-    return f"{fit.get('verdict')} | - | -"
-  return (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} | {fit['alpha']:.2f} +- "
-          f"{fit['alpha_se']:.2g} | {fit['r2']:.4f}")
+  return fit_cells(fit, c_spec=None, alpha_spec=(".2f", ".2g"))
 
 
 def _run_line(name: str, results: dict) -> str:
   """One run in words: depths, seeds, steps (per depth where a join gave depths their own
   budgets), |W_x| fixed or free, the averaging window, clean models, wall time."""
-  config = results["config"]
-  runs = results["runs"]
-  clean = sum(analysis.is_clean(r) for r in runs)
+  config, runs = results["config"], results["runs"]
   steps_by_depth = {r["depth"]: r["steps"] for r in runs}
-  if len(set(steps_by_depth.values())) > 1:
-    steps = "steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items()))
-  else:
-    steps = f"{config['max_steps']} steps"
+  steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
+           if len(set(steps_by_depth.values())) > 1 else f"{config['max_steps']} steps")
   norm = ", |W_x| held at its initial norm" if config.get("fixed_input_norm") else ""
   joined = (f" in {len(results['joined_from'])} runs joined" if results.get("joined_from")
             else "")
   return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps_by_depth))}, "
           f"{config['num_seeds']} seed(s), {steps}{norm}, R, A and C averaged over the last "
-          f"{config['stationary_evals']} evaluations; {clean} of {len(runs)} models clean "
-          f"({results['wall_time_s'] / 60:.0f} min{joined}).")
+          f"{config['stationary_evals']} evaluations; {sum(analysis.is_clean(r) for r in runs)} "
+          f"of {len(runs)} models clean ({results['wall_time_s'] / 60:.0f} min{joined}).")
 
 
 def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_lib.Check]]:
@@ -344,62 +329,46 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
             ""] + [f"- {_run_line(name, results)}" for name, results in tables.items()]
   table1 = tables.get("table1")
   if table1:
-    lines += ["", "### Table 1: fitted softmax floors (top-2)", "",
-              "| (a, b) | fitted L0 (weighted, as checked) | alpha | R^2 | paper L0 | diff | "
-              "best single cosine layer "
-              "| L0 vs single layer | R_L at the deepest clean depth (shown, not counted) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "### Table 1: fitted softmax floors (top-2)", ""]
+    lines += table("(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0",
+                   "diff", "best single cosine layer", "L0 vs single layer",
+                   "R_L at the deepest clean depth (shown, not counted)")
     for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
       bound = fit.get("bound") or {}
       depth, loss = deepest(fit)
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
-      lines.append(f"| ({fit['a']:g}, {fit['b']:g}) | {_fit_cells(decided)} | "
-                   f"{run_report.value_or_dash(target)} | {_percent(L0, target)} | "
-                   + (f"{bound['single']:.4g} +- {bound['single_se']:.2g} | "
-                      f"{_percent(L0, bound['single'])}" if bound else "- | -")
-                   + f" | {loss:.4g} (L={depth}) |")
+      lines.append(row(spectrum(fit), _fit_cells(decided), value_or_dash(target),
+                       percent(L0, target), pm(bound, "single") if bound else "-",
+                       percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
     lines += ["", "### Table 5: gap fit L0 - C_L = c L^-alpha (Table 1 spectra)", ""]
     lines += table5_lines(table1)
   if tables.get("table4") or tables.get("table4_top16"):
     lines += ["", "### Table 4: depth exponents", ""]
     lines += table4_lines([tables.get("table4"), tables.get("table4_top16")])
   found = claims.sgd_table_checks(tables)
-  lines += ["", checks_lib.header_line(found), ""]
-  lines += [checks_lib.check_line(check) for check in found]
-  lines += ["", checks_lib.tolerances_line()]
-  return lines, found
-
-
-def table5_section(results: dict | None) -> list[str]:
-  """Table 5 of the `make reproduce` Table 1 run (table5_lines)."""
-  lines = ["## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)", ""]
-  if results is None:
-    return lines + ["Not run (no results.json for table1)."]
-  return lines + table5_lines(results)
+  return lines + [""] + run_report.check_lines(found), found
 
 
 def easy_section(results: dict | None,
                  metrics: list[dict]) -> tuple[list[str], list[checks_lib.Check]]:
-  lines = ["## Easy task (top-1 copy): one softmax layer solves it", ""]
+  lines = _not_run("## Easy task (top-1 copy): one softmax layer solves it", results, "easy")
   if results is None:
-    return lines + ["Not run (no results.json for easy)."], []
-  lines += ["| model | depth | R_L (mean over unflagged seeds) | E[y*^2] | "
-            "final top-1 attention mass |", "|---|---|---|---|---|"]
-  last_mass = {}
-  for record in metrics:
-    if "selected_mass" in record:
-      last_mass[record["model"], record["a"], record["b"]] = np.mean(record["selected_mass"],
-                                                                      axis=0)
+    return lines, []
+  lines += table("model", "depth", "R_L (mean over unflagged seeds)", "E[y*^2]",
+                 "final top-1 attention mass")
+  last_mass = {(record["model"], record["a"], record["b"]):
+               np.mean(record["selected_mass"], axis=0)
+               for record in metrics if "selected_mass" in record}
   for fit in results["fits"]:
     runs = records.runs_of(results, fit)
     second = np.mean([r["target_second_moment"] for r in runs])
     mass = last_mass.get((fit["model"], fit["a"], fit["b"]))
     grid_depths = sorted({r["depth"] for r in runs})  # the columns of selected_mass
     for L, R in zip(fit["depths"], fit["losses"]):
-      mass_text = f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"
-      lines.append(f"| {fit['model']} | {int(L)} | {R:.4g} | {second:.4g} | {mass_text} |")
+      lines.append(row(fit["model"], int(L), f"{R:.4g}", f"{second:.4g}",
+                       f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"))
   return lines, claims.easy_checks(results)
 
 
@@ -410,18 +379,25 @@ def _colours(spectra) -> dict:
   return {ab: f"C{i}" for i, ab in enumerate(sorted(set(spectra)))}
 
 
+def depth_ticks(ax, depths) -> None:
+  """A log depth axis labelled at the grid's depths."""
+  ax.set_xscale("log")
+  ax.set_xticks(depths, [f"{L:g}" for L in depths], minor=False)
+  ax.set_xticks([], minor=True)
+
+
 def plot_overview(all_results: dict[str, dict], path: str) -> None:
   """Figure 1: log-log R_L against depth, a colour per spectrum, softmax solid and linear
   dashed; difficult task left, easy task right."""
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-  panels = ((axes[0], "topk", "difficult task (top-k)"), (axes[1], "top1", "easy task (top-1)"))
   fits = [f for results in all_results.values() for f in results["fits"]
           if not analysis.is_ensemble(f["model"])]
   colours = _colours((f["a"], f["b"]) for f in fits)
-  for ax, task, title in panels:
+  for ax, task, title in zip(axes, ("topk", "top1"),
+                             ("difficult task (top-k)", "easy task (top-1)")):
     for fit in (f for f in fits if f["task"] == task):
-      style = "o-" if fit["model"] == "softmax" else "s--"
-      ax.plot(fit["depths"], fit["losses"], style, color=colours[(fit["a"], fit["b"])], ms=4,
+      ax.plot(fit["depths"], fit["losses"], "o-" if fit["model"] == "softmax" else "s--",
+              color=colours[(fit["a"], fit["b"])], ms=4,
               label=f"{fit['model']} k={fit['k']} ({fit['a']:g},{fit['b']:g})")
     ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L", title=title)
     ax.legend(fontsize=5, ncol=2)
@@ -430,23 +406,19 @@ def plot_overview(all_results: dict[str, dict], path: str) -> None:
 
 def plot_table1(results: dict, path: str) -> None:
   """Per Table 1 spectrum: softmax depth curve with fit and both bounds; linear with theory."""
-  soft = records.fits_of(results, "softmax")
-  fig, axes = plt.subplots(2, max(len(soft), 1), figsize=(2.6 * max(len(soft), 1), 5.2),
-                           squeeze=False)
-  for model, row in (("softmax", 0), ("linear", 1)):
-    for ax, fit in zip(axes[row], records.fits_of(results, model)):
+  columns = max(len(records.fits_of(results, "softmax")), 1)
+  fig, axes = plt.subplots(2, columns, figsize=(2.6 * columns, 5.2), squeeze=False)
+  for model, row_axes in zip(("softmax", "linear"), axes):
+    for ax, fit in zip(row_axes, records.fits_of(results, model)):
       ax.plot(fit["depths"], fit["losses"], "o", ms=4)
       if fit["resolved"]:
         dense = np.geomspace(min(fit["depths"]), max(fit["depths"]), 50)
-        ax.plot(dense, fit["L0"] + fit["c"] * dense ** -fit["alpha"], "-", lw=1)
+        ax.plot(dense, run_report.fit_curve(fit, dense), "-", lw=1)
       bound = fit.get("bound") or {}
-      for value, style in ((bound.get("single"), "--"), (bound.get("mixture"), ":"),
-                           (bound.get("floor"), "--")):
-        if value is not None:
-          ax.axhline(value, color="k", ls=style, lw=0.8)
-      ax.set_xscale("log")
-      ax.set_xticks(fit["depths"], [f"{L:g}" for L in fit["depths"]], minor=False)
-      ax.set_xticks([], minor=True)
+      for key, style in (("single", "--"), ("mixture", ":"), ("floor", "--")):
+        if bound.get(key) is not None:
+          ax.axhline(bound[key], color="k", ls=style, lw=0.8)
+      depth_ticks(ax, fit["depths"])
       ax.set_title(f"{model} ({fit['a']:g},{fit['b']:g})", fontsize=7)
       ax.tick_params(labelsize=6)
   run_report.save_figure(fig, path)
@@ -508,11 +480,10 @@ def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
   fig, ax = plt.subplots(figsize=(5.5, 4))
   records = [m for m in metrics if "selected_mass" in m]
   if records:
-    steps = [m["step"] for m in records]
     mass_by_step = np.array([np.mean(m["selected_mass"], axis=0) for m in records])  # [., M]
     labels = column_labels(config, records[0]["model"])
     for i in range(mass_by_step.shape[1]):
-      ax.plot(steps, mass_by_step[:, i], label=labels[i])
+      ax.plot([m["step"] for m in records], mass_by_step[:, i], label=labels[i])
   ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
   ax.legend(fontsize=7)
   run_report.save_figure(fig, path)
@@ -570,6 +541,44 @@ def models_line(all_results: dict[str, dict]) -> str:
           + f"{sum(analysis.is_clean(r) for r in runs)} clean (neither diverged nor flagged).")
 
 
+def _figures(all_results: dict[str, dict], metrics: dict[str, list[dict]], figures: str
+             ) -> list[str]:
+  """Draws the combined report's figures under `figures`; returns its Figures section."""
+  table1 = all_results.get("table1")
+  if all_results:
+    plot_overview(all_results, os.path.join(figures, "overview.png"))
+  lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]
+  modewise_panels = []
+  if table1:
+    plot_table1(table1, os.path.join(figures, "table1_depth.png"))
+    plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
+    if run_report.selection_records(table1):  # selection_section links it only then
+      run_report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
+    lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear theory "
+              "floor; dotted: best mixture):", "", "![table 1](figures/table1_depth.png)", "",
+              "![C_L and A_L - C_L](figures/table1_decomposition.png)"]
+    modewise_panels.append(("softmax, top-2, (1, 0)", [
+        r for r in table1["runs"] if r["model"] == "softmax" and (r["a"], r["b"]) == (1.0, 0.0)]))
+  if "table2" in all_results:
+    modewise_panels.append(("linear, top-1, (1, 2)", [r for r in all_results["table2"]["runs"]
+                                                      if (r["a"], r["b"]) == (1.0, 2.0)]))
+  if modewise_panels:
+    plot_modewise(modewise_panels, os.path.join(figures, "modewise.png"))
+    lines += ["", "Normalised mode-wise loss (sequential for linear, collapsed for softmax in "
+              "the paper):", "", "![mode-wise loss](figures/modewise.png)"]
+  if metrics.get("easy") and "easy" in all_results:
+    plot_attention_mass([m for m in metrics["easy"] if m["model"] == "softmax"],
+                        all_results["easy"]["config"],
+                        os.path.join(figures, "easy_attention_mass.png"))
+    lines += ["", "![top-1 attention mass](figures/easy_attention_mass.png)"]
+  for name, results in all_results.items():
+    plot_training_curves(name, metrics[name], results,
+                         os.path.join(figures, f"training_{name}.png"))
+    lines += ["", f"Training curves, {name} (validation loss per depth):", "",
+              f"![training {name}](figures/training_{name}.png)"]
+  return lines
+
+
 def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_ROOT) -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
   ROOT, of the `regimes` ((name, workdir) pairs) and of the SGD-regime tables under
@@ -592,53 +601,18 @@ def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_
   checks += claims.table4_checks(table4_runs) + (claims.table5_checks(table1) if table1 else [])
   for lines in (table4_section(table4_runs), table5_section(table1),
                 run_report.selection_section(table1)):
-    sections += [""] + lines if lines else []
-  if all_results:
-    plot_overview(all_results, os.path.join(figures, "overview.png"))
-  figure_lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]
-  if table1:
-    plot_table1(table1, os.path.join(figures, "table1_depth.png"))
-    plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
-    if run_report.selection_records(table1):  # selection_section links it only then
-      run_report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
-    figure_lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear "
-                     "theory floor; dotted: best mixture):", "",
-                     "![table 1](figures/table1_depth.png)", "",
-                     "![C_L and A_L - C_L](figures/table1_decomposition.png)"]
-  modewise_panels = []
-  if table1:
-    modewise_panels.append(("softmax, top-2, (1, 0)", [r for r in table1["runs"]
-                                                       if r["model"] == "softmax"
-                                                       and (r["a"], r["b"]) == (1.0, 0.0)]))
-  if "table2" in all_results:
-    modewise_panels.append(("linear, top-1, (1, 2)", [r for r in all_results["table2"]["runs"]
-                                                      if (r["a"], r["b"]) == (1.0, 2.0)]))
-  if modewise_panels:
-    plot_modewise(modewise_panels, os.path.join(figures, "modewise.png"))
-    figure_lines += ["", "Normalised mode-wise loss (sequential for linear, collapsed for "
-                     "softmax in the paper):", "", "![mode-wise loss](figures/modewise.png)"]
-  if metrics.get("easy") and "easy" in all_results:
-    plot_attention_mass([m for m in metrics["easy"] if m["model"] == "softmax"],
-                        all_results["easy"]["config"],
-                        os.path.join(figures, "easy_attention_mass.png"))
-    figure_lines += ["", "![top-1 attention mass](figures/easy_attention_mass.png)"]
-  for name, results in all_results.items():
-    plot_training_curves(name, metrics[name], results,
-                         os.path.join(figures, f"training_{name}.png"))
-    figure_lines += ["", f"Training curves, {name} (validation loss per depth):", "",
-                     f"![training {name}](figures/training_{name}.png)"]
+    sections += [""] + lines
   header = ["# Reproducing the paper: Tables 1-5", "",
             "Every number below comes from committed runs; the paper's values are references, "
             "never inputs. The first two sections are in the regime where the paper's law "
             "appears (constant-step SGD); the rest are the runs of `make reproduce` under this "
             "directory, in the regime of each table's config (Adam).", ""]
   header += regime_lines + ([""] if regime_lines else [])
-  header += sgd_lines + ["", models_line(sgd_results), ""] if sgd_results else sgd_lines + [""]
+  header += sgd_lines + (["", models_line(sgd_results), ""] if sgd_results else [""])
   header += ["## The `make reproduce` runs under this directory", "",
              run_times_sentence(all_results, [name for name, _ in RUNS]), "",
-             models_line(all_results), "", checks_lib.header_line(checks), ""]
-  header += [checks_lib.check_line(check) for check in checks]
-  header += ["", checks_lib.tolerances_line()]
+             models_line(all_results), ""] + run_report.check_lines(checks)
   path = os.path.join(root, "report.md")
-  write_text_atomic(path, "\n".join(header + sections + figure_lines) + "\n")
+  write_text_atomic(path, "\n".join(header + sections + _figures(all_results, metrics, figures))
+                    + "\n")
   return path

@@ -3,36 +3,19 @@ results.json files, so that it cannot drift from the data (tests/test_findings.p
 it and compares).
 
 Each row names the claim, the paper's number, ours, the training regime (the name the run's
-config recorded), a verdict counted from the checks (reproduced: every check passes; not reproduced:
-every check misses; partly: m of n pass) and the folders that hold the runs.
+config recorded), a verdict counted from the checks (checks.verdict_of) and the folders that
+hold the runs.
 """
 
 from inverse_depth import checks, claims, records
 from inverse_depth.files import write_text_atomic
+from inverse_depth.report.markdown import row as table_row, table
 
 
 def regime_name(config: dict, model: str = "softmax") -> str:
   """The training regime a run's `model` models were trained in, as its config recorded it
   (a name of experiments/configs/regimes.py, docs/regimes.md)."""
   return f"`{records.kind_config(config, model)['regime']}`"
-
-
-def verdict(found: list[checks.Check]) -> str:
-  """reproduced (every check passes), not reproduced (every check misses), partly (m of n);
-  checks that gave no verdict (Check.status: not stationary, not testable, unresolved) are
-  named instead of counted as plain misses: "not stationary" where every check is."""
-  if not found:
-    return "not run"
-  passed = sum(check.passed for check in found)
-  if passed == len(found):
-    return "**reproduced**"
-  statuses = [check.status for check in found if check.status]
-  named = "; ".join(f"{statuses.count(status)} {status}" for status in checks.STATUSES
-                    if status and status in statuses)
-  if len(statuses) == len(found):
-    return named if len(set(statuses)) > 1 else statuses[0]
-  base = "not reproduced" if passed == 0 else f"partly ({passed} of {len(found)} checks)"
-  return base + (f" ({named})" if named else "")
 
 
 def row(claim: claims.Claim, root: str) -> dict:
@@ -43,7 +26,7 @@ def row(claim: claims.Claim, root: str) -> dict:
   else:
     results = claims.load(root, claim.folders[0])
     regime = claim.regime or (regime_name(results["config"], claim.model) if results else "-")
-    ours, verdict_text = finding.ours, finding.verdict or verdict(finding.checks)
+    ours, verdict_text = finding.ours, finding.verdict or checks.verdict_of(finding.checks)
   return dict(claim=claim.text, paper=claim.paper, ours=ours, regime=regime,
               verdict=verdict_text,
               where=claim.where or ", ".join(f"`{folder}`" for folder in claim.folders))
@@ -64,10 +47,9 @@ def build(root: str = ".") -> str:
            f"{checks.DISAGREEMENT_LEVEL_TOLERANCE:.0%} over the last doubling of depth). "
            "Where a claim was tested in two training regimes it has a row for each; the "
            "regime is the name the run's config.json records (docs/regimes.md). What the "
-           "rows mean, and why some miss: README \"What we find\", BUILD_NOTES.md.", "",
-           "| claim | paper | ours | regime | verdict | runs |", "|---|---|---|---|---|---|"]
-  lines += [f"| {row['claim']} | {row['paper']} | {row['ours']} | {row['regime']} | "
-            f"{row['verdict']} | {row['where']} |" for row in rows]
+           "rows mean, and why some miss: README \"What we find\", BUILD_NOTES.md.", ""]
+  lines += table("claim", "paper", "ours", "regime", "verdict", "runs")
+  lines += [table_row(*found.values()) for found in rows]
   return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from inverse_depth import analysis, checks, claims, evaluation, paper, records
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
+from inverse_depth.report.markdown import row, table
 
 # (workdir name, config file, get_config argument) in the order they run.
 RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
@@ -36,13 +37,14 @@ SGD_RUNS = tuple((name, "experiments/configs/sgd_generalized.py", f"{name},{tier
                                     ("context_updates", "short16"),
                                     ("context_updates_top16", "short16")))
 SGD_JOINED = ("looped", "looped4", "single_stream", "per_layer_values")
+
+
 def regime_claims(base: str = ".") -> list[str]:
   """Per appendix C claim (claims.APPENDIX_C), its status in each regime of
   claims.APPENDIX_C_RUNS (runs under the repository root `base`) with the variant's and the
   controlled model's fits, and in which regimes it holds."""
   names = [claims.REGIME_NAMES[regime] for regime in claims.APPENDIX_C_RUNS]
-  lines = ["| claim | the paper | " + " | ".join(names) + " | holds in |",
-           "|---|---|" + "---|" * len(names) + "---|"]
+  lines = table("claim", "the paper", *names, "holds in")
   for key, claim, model, k in claims.APPENDIX_C:
     paper_finds_law = claims.paper_finds_law(model, k)
     cells, statuses = [], {}
@@ -52,19 +54,8 @@ def regime_claims(base: str = ".") -> list[str]:
       cells.append(statuses[name] if variant is None else
                    f"{statuses[name]}: {claims.law_text(variant)}"
                    + (f" (controlled: {claims.law_text(control)})" if control else ""))
-    holds = [name for name in names if statuses[name] == "holds"]
-    fails = [name for name in names if statuses[name] == "fails"]
-    if paper_finds_law is None:
-      where = "no claim"
-    elif holds:
-      where = " and ".join(holds) + (" only" if len(holds) < len(names) else "")
-    elif fails:
-      where = "neither: fails in " + " and ".join(fails)
-    else:
-      where = "not resolved: " + ", ".join(f"{status} in {name}"
-                                           for name, status in statuses.items())
-    lines.append(f"| {claim} | {paper.APPENDIX_C_WORDS[key]} | " + " | ".join(cells)
-                 + f" | {where} |")
+    lines.append(row(claim, paper.APPENDIX_C_WORDS[key], *cells,
+                     claims.holds_in(statuses, paper_finds_law)))
   return lines
 
 
@@ -93,9 +84,8 @@ def trend_sentence(fit: dict) -> str:
 def depth_table(results: dict) -> list[str]:
   """Per model kind and depth, over every non-diverged seed (flagged ones included, and
   counted): R_L, C_L, A_L - C_L, parameters, and m, m g_2/g_1 and rho where learned."""
-  lines = ["| model | depth | R_L (+- seed se) | C_L | A_L - C_L | flagged | parameters | "
-           "m (seeds) | m g_2/g_1 (seeds) | rho of S_1 (R^2) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+  lines = table("model", "depth", "R_L (+- seed se)", "C_L", "A_L - C_L", "flagged", "parameters",
+                "m (seeds)", "m g_2/g_1 (seeds)", "rho of S_1 (R^2)")
   for fit in results["fits"]:
     runs = [r for r in records.runs_of(results, fit) if not r["diverged"]]
     loss, shared, gap = (_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
@@ -106,31 +96,16 @@ def depth_table(results: dict) -> list[str]:
       rho_text = (f"{np.mean([r['first_layer_rho'] for r in at]):.3f} "
                   f"({np.mean([r['first_layer_rho_r2'] for r in at]):.2f})"
                   if "first_layer_rho" in at[0] else "-")
-      lines.append(f"| {fit['model']} | {depth} | {loss[depth][0]:.4g} +- {loss[depth][1]:.2g} "
-                   f"| {shared[depth][0]:.4g} | {gap[depth][0]:.4g} | "
-                   f"{sum(bool(r.get('flagged')) for r in at)} of {len(at)} | "
-                   f"{at[0]['parameters']} | {m_text} | {step_text} | {rho_text} |")
+      lines.append(row(fit["model"], depth, f"{loss[depth][0]:.4g} +- {loss[depth][1]:.2g}",
+                       f"{shared[depth][0]:.4g}", f"{gap[depth][0]:.4g}",
+                       f"{sum(bool(r.get('flagged')) for r in at)} of {len(at)}",
+                       at[0]["parameters"], m_text, step_text, rho_text))
   return lines
-
-
-def last_interval_change(metrics: list[dict], fit: dict) -> dict | None:
-  """How a grid's validation loss changed over its last evaluation interval: the relative
-  change of the mean over its models (`mean`), the largest single-model fall
-  (`largest_fall`, the most negative change) and the interval in steps; None with fewer
-  than two evaluations."""
-  curve = [m for m in metrics if (m["model"], m["a"], m["b"]) == (fit["model"], fit["a"], fit["b"])
-           and m.get("val_loss") is not None]
-  if len(curve) < 2:
-    return None
-  before, after = (np.asarray(m["val_loss"], np.float64) for m in curve[-2:])
-  return dict(mean=float(after.mean() / before.mean() - 1),
-              largest_fall=float(np.nanmin(after / before - 1)),
-              steps=curve[-1]["step"] - curve[-2]["step"])
 
 
 def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
   """How a grid was trained, and how much its validation loss still fell over the last
-  evaluation interval (`last_interval_change`; a model still falling there is
+  evaluation interval (`analysis.last_interval_change`; a model still falling there is
   under-trained)."""
   own = records.kind_config(results["config"], fit["model"])
   text = f"{own['max_steps']} steps, batch {own['batch_size']}"
@@ -144,22 +119,20 @@ def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
 def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> list[str]:
   """One line per variant and task: our trend beside the paper's description, and the
   verdict computed from both."""
-  lines = ["| run | model | task | bound (best single cosine layer) | training | flagged "
-           "models | our depth trend (clean models) | the paper | verdict |",
-           "|---|---|---|---|---|---|---|---|---|"]
+  lines = table("run", "model", "task", "bound (best single cosine layer)", "training",
+                "flagged models", "our depth trend (clean models)", "the paper", "verdict")
   for name, results in all_results.items():
     for fit in results["fits"]:
       bound = fit.get("bound") or {}
-      bound_text = f"{bound['single']:.4g}" if "single" in bound else "-"
       total = len(records.runs_of(results, fit))
       flagged = len(fit.get("flagged") or [])
-      change = last_interval_change(metrics.get(name, []), fit)
-      lines.append(f"| {name} | {fit['model']} | top-{fit['k']} | {bound_text} | "
-                   f"{training_sentence(results, fit, change)} | "
-                   f"{flagged} of {total} | {trend_sentence(fit)} | "
-                   f"{paper.APPENDIX_C_STATEMENTS.get(fit['model'], '-')} | "
-                   + checks.trend_against_paper(fit, change and change["mean"], flagged, total)
-                   + " |")
+      change = analysis.last_interval_change(metrics.get(name, []), fit)
+      lines.append(row(name, fit["model"], f"top-{fit['k']}",
+                       f"{bound['single']:.4g}" if "single" in bound else "-",
+                       training_sentence(results, fit, change), f"{flagged} of {total}",
+                       trend_sentence(fit), paper.APPENDIX_C_STATEMENTS.get(fit["model"], "-"),
+                       checks.trend_against_paper(fit, change and change["mean"], flagged,
+                                                  total)))
   return lines
 
 
@@ -193,15 +166,15 @@ def m_profile_table(all_results: dict[str, dict]) -> list[str]:
       continue
     offsets = runs[0]["m_profile"]["offsets"]
     if not lines:
-      lines = ["| run | depth | learned m | " + " | ".join(f"offset {o:+g}" for o in offsets)
-               + " | lowest at |", "|---|---|---|" + "---|" * len(offsets) + "---|"]
+      lines = table("run", "depth", "learned m", *(f"offset {o:+g}" for o in offsets),
+                    "lowest at")
     for depth in sorted({r["depth"] for r in runs}):
       at = [r for r in runs if r["depth"] == depth]
       loss = np.mean([r["m_profile"]["loss"] for r in at], axis=0)
-      lines.append(f"| {name} | {depth} | {np.mean([r['m'] for r in at]):+.2f} | "
-                   + " | ".join(f"{x:.4g}" for x in loss)
-                   + (" | flat (m never enters) |" if np.ptp(loss) <= 1e-9 * loss.min()
-                      else f" | offset {offsets[int(np.argmin(loss))]:+g} |"))
+      lines.append(row(name, depth, f"{np.mean([r['m'] for r in at]):+.2f}",
+                       *(f"{x:.4g}" for x in loss),
+                       "flat (m never enters)" if np.ptp(loss) <= 1e-9 * loss.min()
+                       else f"offset {offsets[int(np.argmin(loss))]:+g}"))
   return lines
 
 
@@ -235,12 +208,11 @@ def looped_summary(all_results: dict[str, dict]) -> list[str]:
   if not grids:
     return ["Not run."]
   by_depth = [_loss_and_parameters(results, fit) for _, results, fit in grids]
-  lines = ["| depth | " + " | ".join(f"{label}: R_L | parameters" for label, _, _ in grids)
-           + " |", "|---|" + "---|---|" * len(grids)]
+  lines = table("depth", *(column for label, _, _ in grids
+                           for column in (f"{label}: R_L", "parameters")))
   for depth in sorted(set().union(*by_depth)):
-    lines.append(f"| {depth} | " + " | ".join(
-        f"{grid[depth][0]:.4g} | {grid[depth][1]}" if depth in grid else "nan | -"
-        for grid in by_depth) + " |")
+    lines.append(row(depth, *(f"{grid[depth][0]:.4g} | {grid[depth][1]}" if depth in grid
+                              else "nan | -" for grid in by_depth)))
   return lines
 
 

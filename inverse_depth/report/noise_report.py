@@ -7,10 +7,10 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, records, sgd_noise
+from inverse_depth import sgd_noise
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import run_report
-from inverse_depth.workdir import read_results
+from inverse_depth.report.markdown import fit_cells, row, table
 
 
 def noise_markdown(found: dict) -> str:
@@ -27,19 +27,18 @@ def noise_markdown(found: dict) -> str:
               f"(eta_eff / B = {entry['eta_eff_over_B']:.3g}; tr Sigma: layer weights "
               f"{_value(entry, 'trace_layer')}, shared weights {_value(entry, 'trace_model')}; "
               + (f"fitted alpha {entry['fitted_alpha']:.3f}, the prediction assumes 1)"
-                 if entry.get("resolved", True) else "no depth law resolved)"), "",
-              "| quantity | predicted | measured | measured / predicted |", "|---|---|---|---|"]
+                 if entry.get("resolved", True) else "no depth law resolved)"), ""]
+    lines += table("quantity", "predicted", "measured", "measured / predicted")
     for name, predicted, measured, from_fit in (
         ("c (depth term)", "predicted_c", "fitted_c", True),
         ("L0 - best single cosine layer", "predicted_floor_excess", "measured_floor_excess",
          True),
         ("R_1 - best single cosine layer", "predicted_R1_excess", "measured_R1_excess", False)):
       if from_fit and not entry.get("resolved", True):  # the fit has no c or L0 to compare
-        lines.append(f"| {name} | {_value(entry, predicted)} | no resolved fit | - |")
+        lines.append(row(name, _value(entry, predicted), "no resolved fit", "-"))
         continue
       ratio = entry[measured] / entry[predicted] if entry[predicted] else float("nan")
-      lines.append(f"| {name} | {_value(entry, predicted)} | {_value(entry, measured)} | "
-                   f"{ratio:.2f} |")
+      lines.append(row(name, _value(entry, predicted), _value(entry, measured), f"{ratio:.2f}"))
   return "\n".join(lines)
 
 
@@ -68,70 +67,33 @@ def write_markdown(workdir: str, found: dict | None = None) -> str:
   return path
 
 
-def _deepest_stationary(results: dict, fit: dict) -> int | None:
-  """The deepest depth of a fit's grid at which every clean model passed the stationarity
-  test (None when none did, or the run has no averaging window)."""
-  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit)) if "stationarity" in r]
-  depths = [L for L in sorted({r["depth"] for r in runs})
-            if all(r["stationarity"]["stationary"] for r in runs if r["depth"] == L)]
-  return depths[-1] if depths else None
-
-
-def sweep_rows(workdirs: list[str]) -> list[dict]:
-  """One row per (run, rate) of finished constant-rate runs: eta_eff / B, the fit, A_L - C_L
-  at the deepest stationary depth, and the predicted c where sgd_noise.json exists."""
-  rows = []
-  for workdir in workdirs:
-    results = read_results(workdir)
-    noise_path = os.path.join(workdir, sgd_noise.NOISE_FILE)
-    predictions = {}
-    if os.path.exists(noise_path):
-      with open(noise_path) as f:
-        predictions = {e["learning_rate"]: e for e in json.load(f)["rates"]}
-    config = results["config"]
-    for fit in results["fits"]:
-      rate = fit["learning_rate"]
-      deepest = _deepest_stationary(results, fit)
-      gap = (fit["disagreement"][fit["depths"].index(deepest)]
-             if deepest in fit["depths"] else float("nan"))
-      predicted = predictions.get(rate, {})
-      rows.append(dict(workdir=workdir, learning_rate=rate, batch_size=config["batch_size"],
-                       eta_eff_over_B=rate / (1 - config["momentum"]) / config["batch_size"],
-                       fit=fit, deepest_stationary=deepest, disagreement=gap,
-                       predicted_c=predicted.get("predicted_c", float("nan")),
-                       predicted_c_se=predicted.get("predicted_c_se", float("nan"))))
-  return sorted(rows, key=lambda r: r["eta_eff_over_B"])
-
-
 def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   """out_dir/sweep.md (the table) and out_dir/figures/sweep.png (R_L - L0 against L, log-log,
   one curve per setting) from the runs' results.json and sgd_noise.json; returns the path."""
-  rows = sweep_rows(workdirs)
   lines = ["# The SGD law against optimiser noise", "",
            "Per setting: the fit R_L = L0 + c L^-alpha over the clean models, A_L - C_L at the "
            "deepest depth whose models all passed the stationarity test, and c predicted from "
-           "the one-layer models' gradient noise (`sgd_noise.json`; - where not computed).", "",
-           "| run | batch | rate | eta_eff / B | L0 | c | alpha | R^2 | A_L - C_L (at L) | "
-           "predicted c | fitted / predicted c |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "the one-layer models' gradient noise (`sgd_noise.json`; - where not computed).", ""]
+  lines += table("run", "batch", "rate", "eta_eff / B", "L0", "c", "alpha", "R^2",
+                 "A_L - C_L (at L)", "predicted c", "fitted / predicted c")
   fig, ax = run_report.plt.subplots(figsize=(6, 4.5))
-  for i, row in enumerate(rows):
-    fit = row["fit"]
-    ratio = (fit["c"] / row["predicted_c"]
-             if fit["resolved"] and np.isfinite(row["predicted_c"]) else float("nan"))
-    fit_cells = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} | {fit['c']:.3g} +- {fit['c_se']:.2g} "
-                 f"| {fit['alpha']:.3f} +- {fit['alpha_se']:.3f} | {fit['r2']:.4f}"
-                 if fit["resolved"] else f"{fit['verdict']} | - | - | -")
-    lines.append(f"| `{row['workdir']}` | {row['batch_size']} | {row['learning_rate']:g} | "
-                 f"{row['eta_eff_over_B']:.3g} | {fit_cells} | {row['disagreement']:.3g} "
-                 f"(L = {row['deepest_stationary']}) | "
-                 + (_value(row, "predicted_c", ".3g") if np.isfinite(row["predicted_c"])
-                    else "-") + (f" | {ratio:.2f} |" if np.isfinite(ratio) else " | - |"))
+  for i, setting in enumerate(sgd_noise.sweep_rows(workdirs)):
+    fit = setting["fit"]
+    ratio = (fit["c"] / setting["predicted_c"]
+             if fit["resolved"] and np.isfinite(setting["predicted_c"]) else float("nan"))
+    lines.append(row(f"`{setting['workdir']}`", setting["batch_size"],
+                     f"{setting['learning_rate']:g}", f"{setting['eta_eff_over_B']:.3g}",
+                     fit_cells(fit, c_spec=".3g"),
+                     f"{setting['disagreement']:.3g} (L = {setting['deepest_stationary']})",
+                     _value(setting, "predicted_c", ".3g")
+                     if np.isfinite(setting["predicted_c"]) else "-",
+                     f"{ratio:.2f}" if np.isfinite(ratio) else "-"))
     if fit["resolved"]:
       depths, losses = np.asarray(fit["depths"]), np.asarray(fit["losses"])
       excess = losses - fit["L0"]
       shown = excess > 0
       ax.plot(depths[shown], excess[shown], "o", color=f"C{i}",
-              label=f"B {row['batch_size']}, rate {row['learning_rate']:g}")
+              label=f"B {setting['batch_size']}, rate {setting['learning_rate']:g}")
       dense = np.geomspace(depths.min(), depths.max(), 50)
       ax.plot(dense, fit["c"] * dense ** -fit["alpha"], "-", color=f"C{i}", alpha=0.6)
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L - L0")

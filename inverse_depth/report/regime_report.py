@@ -12,6 +12,7 @@ import numpy as np
 
 from inverse_depth import analysis, records
 from inverse_depth.report import plt, run_report
+from inverse_depth.report.markdown import fit_cells, row, table
 from inverse_depth.files import write_text_atomic
 from inverse_depth.workdir import read_results
 
@@ -59,9 +60,7 @@ def _regime_text(config: dict) -> str:
 def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   """figures/regimes.png and regimes.md in `out_dir` from {regime name: workdir}; returns
   the markdown's path. Each workdir's first fit is its grid (one problem per run)."""
-  results = {}
-  for name, workdir in workdirs.items():
-    results[name] = read_results(workdir)
+  results = {name: read_results(workdir) for name, workdir in workdirs.items()}
   rows = {name: regime_rows(r) for name, r in results.items()}
   depths = sorted({L for by_field in rows.values() for L in by_field["eval_loss"]})
   fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
@@ -78,21 +77,14 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
   run_report.save_figure(fig, os.path.join(out_dir, "figures", "regimes.png"))
   lines = ["# Training regimes side by side", "",
-           "Seed means over each run's clean models (flagged and diverged ones left out).", "",
-           "| regime | run | how it trains | fit L0 | alpha | R^2 |", "|---|---|---|---|---|---|"]
-  for name, r in results.items():
-    fit = r["fits"][0]
-    fit_text = (f"{fit['L0']:.4g} +- {fit['L0_se']:.2g} | {fit['alpha']:.3f} +- "
-                f"{fit['alpha_se']:.3f} | {fit['r2']:.4f}" if fit["resolved"]
-                else f"{fit['verdict']} | - | -")
-    lines.append(f"| {name} | `{workdirs[name]}` | {_regime_text(r['config'])} | {fit_text} |")
+           "Seed means over each run's clean models (flagged and diverged ones left out).", ""]
+  lines += table("regime", "run", "how it trains", "fit L0", "alpha", "R^2")
+  lines += [row(name, f"`{workdirs[name]}`", _regime_text(r["config"]),
+                fit_cells(r["fits"][0], c_spec=None)) for name, r in results.items()]
   for field, _, label in PANELS:
-    lines += ["", f"**{label}**", "", "| regime | " + " | ".join(f"L={L}" for L in depths)
-              + " |", "|---|" + "---|" * len(depths)]
-    for name in rows:
-      by_depth = rows[name][field]
-      lines.append(f"| {name} | " + " | ".join(f"{by_depth[L]:.4g}" if L in by_depth else "-"
-                                                for L in depths) + " |")
+    lines += ["", f"**{label}**", ""] + table("regime", *(f"L={L}" for L in depths))
+    lines += [row(name, *(f"{rows[name][field][L]:.4g}" if L in rows[name][field] else "-"
+                          for L in depths)) for name in rows]
   lines += ["", "![regimes](figures/regimes.png)", ""]
   path = os.path.join(out_dir, "regimes.md")
   write_text_atomic(path, "\n".join(lines))

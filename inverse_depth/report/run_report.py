@@ -14,6 +14,8 @@ from inverse_depth import checks as checks_lib
 from inverse_depth.files import atomic_path, write_text_atomic
 from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
+from inverse_depth.report.markdown import (fit_cells, percent, pm, row, spectrum, table,
+                                           value_or_dash)
 
 
 def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -21,7 +23,8 @@ def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
   return np.array(depths), np.array(means)
 
 
-def _fit_curve(fit: dict, depths: np.ndarray) -> np.ndarray:
+def fit_curve(fit: dict, depths: np.ndarray) -> np.ndarray:
+  """The fitted L0 + c L^-alpha at `depths`."""
   return fit["L0"] + fit["c"] * depths ** (-fit["alpha"])
 
 
@@ -39,7 +42,7 @@ def plot_depth_scaling(results: dict, path: str) -> None:
     ax.plot(depths, losses, "o", color=color, label=records.grid_label(fit))
     if fit["resolved"]:
       dense = np.geomspace(depths.min(), depths.max(), 100)
-      ax.plot(dense, _fit_curve(fit, dense), "-", color=color, alpha=0.8,
+      ax.plot(dense, fit_curve(fit, dense), "-", color=color, alpha=0.8,
               label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
     bound = fit.get("bound")
     if bound and bound["kind"] == "softmax_bound" and not analysis.is_ensemble(fit["model"]):
@@ -60,11 +63,6 @@ def plot_depth_scaling(results: dict, path: str) -> None:
   save_figure(fig, path)
 
 
-def value_or_dash(value: float | None) -> str:
-  """A table cell for a value that may be missing (e.g. no paper value for this setting)."""
-  return "-" if value is None else f"{value:g}"
-
-
 def save_figure(fig, path: str) -> None:
   """Saves a PNG to a temporary file, then renames it over `path`."""
   fig.tight_layout()
@@ -79,19 +77,16 @@ def plot_decomposition(results: dict, path: str) -> None:
   fig, axes = plt.subplots(1, len(fits), figsize=(4.5 * len(fits), 3.8), squeeze=False)
   for ax, fit in zip(axes[0], fits):
     runs = records.runs_of(results, fit)
-    depths, R = by_depth(runs, "eval_loss")
-    _, C = by_depth(runs, "C")
-    _, D = by_depth(runs, "disagreement")
-    ax.plot(depths, R, "o-", label="R_L")
-    ax.plot(depths, C, "s-", label="C_L (shared)")
-    ax.plot(depths, D, "^-", label="A_L - C_L (disagreement)")
-    values = np.concatenate([R, C, D])
+    curves = [by_depth(runs, field) for field in ("eval_loss", "C", "disagreement")]
+    for (depths, values), style, label in zip(curves, ("o-", "s-", "^-"), (
+        "R_L", "C_L (shared)", "A_L - C_L (disagreement)")):
+      ax.plot(depths, values, style, label=label)
+    values = np.concatenate([values for _, values in curves])
     values = values[np.isfinite(values)]
     all_positive = values.size > 0 and np.all(values > 0)  # C_L < 0 is possible
     ax.set(xscale="log" if values.size else "linear",
            yscale="log" if all_positive else ("symlog" if values.size else "linear"),
-           xlabel="depth L",
-           title=records.grid_label(fit))
+           xlabel="depth L", title=records.grid_label(fit))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
   save_figure(fig, path)
@@ -103,11 +98,10 @@ def _table(results: dict, fit: dict) -> list[str]:
   where the records have it, R averaged exactly over beta with its standard error."""
   runs = records.runs_of(results, fit)
   averaged = any("beta_averaged_loss" in r for r in runs)
-  rows = ["| depth | R_L (mean +- seed se) | change from the previous depth | "
-          + ("R_L averaged over beta (+- se) | " if averaged else "")
-          + "A_L | C_L | A_L - C_L | (A_L - C_L) / L | max abs identity residual | steps | "
-          "converged | flagged | diverged |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "")]
+  lines = table("depth", "R_L (mean +- seed se)", "change from the previous depth",
+                *(["R_L averaged over beta (+- se)"] if averaged else []), "A_L", "C_L",
+                "A_L - C_L", "(A_L - C_L) / L", "max abs identity residual", "steps",
+                "converged", "flagged", "diverged")
   previous_loss = float("nan")
   for depth in sorted({r["depth"] for r in runs}):
     everyone = [r for r in runs if r["depth"] == depth]
@@ -118,44 +112,43 @@ def _table(results: dict, fit: dict) -> list[str]:
 
     spread = (np.std([r["eval_loss"] for r in at], ddof=1) / np.sqrt(len(at))
               if len(at) > 1 else float("nan"))
-    averaged_loss, averaged_se = analysis.beta_averaged_loss(runs, depth)
-    averaged_cell = ((f"{averaged_loss:.4g} +- {averaged_se:.2g} | "
-                      if np.isfinite(averaged_loss) else "- | ") if averaged else "")
     change = mean("eval_loss") / previous_loss - 1
     previous_loss = mean("eval_loss")
-    rows.append(
-        f"| {depth} | {mean('eval_loss'):.4g} +- {spread:.2g} | "
-        + (f"{100 * change:+.2f}%" if np.isfinite(change) else "-") + f" | {averaged_cell}"
-        f"{mean('A'):.4g} | {mean('C'):.4g} | {mean('disagreement'):.4g} | "
-        f"{mean('disagreement') / depth:.4g} | "
-        f"{max(abs(r['identity_residual']) for r in at) if at else float('nan'):.1e} | "
-        f"{int(np.mean([r['steps'] for r in at])) if at else 0} | "
-        f"{sum(r['converged'] for r in at)}/{len(everyone)} | "
-        f"{sum(r.get('flagged', False) for r in everyone)}/{len(everyone)} | "
-        f"{sum(r['diverged'] for r in everyone)}/{len(everyone)} |")
-  return rows
+    cells = [depth, f"{mean('eval_loss'):.4g} +- {spread:.2g}",
+             f"{100 * change:+.2f}%" if np.isfinite(change) else "-"]
+    if averaged:
+      loss, se = analysis.beta_averaged_loss(runs, depth)
+      cells.append(f"{loss:.4g} +- {se:.2g}" if np.isfinite(loss) else "-")
+    residual = max(abs(r["identity_residual"]) for r in at) if at else float("nan")
+    counts = [sum(r["converged"] for r in at), sum(r.get("flagged", False) for r in everyone),
+              sum(r["diverged"] for r in everyone)]
+    lines.append(row(*cells, f"{mean('A'):.4g}", f"{mean('C'):.4g}",
+                     f"{mean('disagreement'):.4g}", f"{mean('disagreement') / depth:.4g}",
+                     f"{residual:.1e}", int(np.mean([r["steps"] for r in at])) if at else 0,
+                     *(f"{count}/{len(everyone)}" for count in counts)))
+  return lines
 
 
 def _geometry_table(results: dict, fit: dict) -> list[str]:
   """Per depth, means over clean seeds of each layer's scoring geometry
   (diagnostics.scoring_geometry), where the run records have it."""
-  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit)) if "layer_temperature" in r]
+  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit))
+          if "layer_temperature" in r]
   if not runs:
     return []
-  rows = ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
-          "anisotropy 0 and scores with its temperature tau; alignment is the mean cosine "
-          "between two layers' departures from cosine scoring (1: alike, 0: unrelated).", "",
-          "| depth | temperature tau: mean over layers (min..max) | anisotropy | alignment |",
-          "|---|---|---|---|"]
+  lines = ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
+           "anisotropy 0 and scores with its temperature tau; alignment is the mean cosine "
+           "between two layers' departures from cosine scoring (1: alike, 0: unrelated).", ""]
+  lines += table("depth", "temperature tau: mean over layers (min..max)", "anisotropy",
+                 "alignment")
   for depth in sorted({r["depth"] for r in runs}):
     at = [r for r in runs if r["depth"] == depth]
-    temperatures = np.concatenate([r["layer_temperature"] for r in at])
+    taus = np.concatenate([r["layer_temperature"] for r in at])
+    anisotropy = np.mean(np.concatenate([r["layer_anisotropy"] for r in at]))
     alignment = np.mean([r["deviation_alignment"] for r in at])
-    rows.append(f"| {depth} | {temperatures.mean():.3g} ({temperatures.min():.3g}.."
-                f"{temperatures.max():.3g}) | "
-                f"{np.mean(np.concatenate([r['layer_anisotropy'] for r in at])):.3f} | "
-                + (f"{alignment:+.3f} |" if np.isfinite(alignment) else "- |"))
-  return rows
+    lines.append(row(depth, f"{taus.mean():.3g} ({taus.min():.3g}..{taus.max():.3g})",
+                     f"{anisotropy:.3f}", f"{alignment:+.3f}" if np.isfinite(alignment) else "-"))
+  return lines
 
 
 def _cosine_layers_section(results: dict) -> list[str]:
@@ -168,16 +161,16 @@ def _cosine_layers_section(results: dict) -> list[str]:
     if not optima or analysis.is_ensemble(fit["model"]):
       continue
     trained = dict(zip(fit["depths"], fit["losses"]))
-    rows += [f"| {records.grid_label(fit)} | {L} | {entry['loss']:.4g} | "
-             + (f"{trained[L]:.4g} |" if L in trained else "- |")
+    rows += [row(records.grid_label(fit), L, f"{entry['loss']:.4g}",
+                 f"{trained[L]:.4g}" if L in trained else "-")
              for L, entry in enumerate(optima, start=1)]
   if not rows:
     return []
   return ["", "## Against the best L cosine-scoring layers (theory)", "",
           "The controlled model with every layer scoring by softmax(temperature x cosine) at a "
           "grid temperature, equal weights 1/L and one gain, optimised exhaustively on the "
-          "bound's contexts (other contexts than the trained models' evaluation set).", "",
-          "| grid | L | best L cosine layers | trained R_L |", "|---|---|---|---|"] + rows
+          "bound's contexts (other contexts than the trained models' evaluation set).", ""
+          ] + table("grid", "L", "best L cosine layers", "trained R_L") + rows
 
 
 def _ensemble_comparison(results: dict) -> list[str]:
@@ -192,15 +185,15 @@ def _ensemble_comparison(results: dict) -> list[str]:
               "Jointly trained depth-L model against the average of L one-layer models trained "
               "alone on the same stream (means over clean seeds). Where the two agree, depth acts "
               "as an ensemble; where they differ, joint training does something an ensemble "
-              "cannot.", "",
-              "| depth | joint R_L | ensemble R_L | joint - ensemble | joint A_L - C_L | "
-              "ensemble A_L - C_L |", "|---|---|---|---|---|---|"]
+              "cannot.", ""]
+    lines += table("depth", "joint R_L", "ensemble R_L", "joint - ensemble", "joint A_L - C_L",
+                   "ensemble A_L - C_L")
     columns = [dict(zip(*by_depth(records.runs_of(results, fit), field)))
                for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
     for depth in sorted(set(columns[0]) | set(columns[2])):
       joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
-      lines.append(f"| {depth} | {joint_R:.4f} | {ensemble_R:.4f} | {joint_R - ensemble_R:+.4f} "
-                   f"| {joint_gap:.3g} | {ensemble_gap:.3g} |")
+      lines.append(row(depth, f"{joint_R:.4f}", f"{ensemble_R:.4f}",
+                       f"{joint_R - ensemble_R:+.4f}", f"{joint_gap:.3g}", f"{ensemble_gap:.3g}"))
   return lines
 
 
@@ -229,11 +222,10 @@ def selection_section(results: dict | None) -> list[str]:
   keys, per = _selection_percentiles(records)
   shallow, deep = min(per), max(per)
   lines += [f"Percentiles over {records[0]['diagnostic_contexts']} evaluation contexts, means "
-            "over seeds.", "", f"| percentile | L={shallow} | L={deep} | L={deep} - L={shallow} |",
-            "|---|---|---|---|"]
-  for i, q in enumerate(keys):
-    lines.append(f"| {q} | {per[shallow][i]:.4f} | {per[deep][i]:.4f} | "
-                 f"{per[deep][i] - per[shallow][i]:+.4f} |")
+            "over seeds.", ""]
+  lines += table("percentile", f"L={shallow}", f"L={deep}", f"L={deep} - L={shallow}")
+  lines += [row(q, f"{per[shallow][i]:.4f}", f"{per[deep][i]:.4f}",
+                f"{per[deep][i] - per[shallow][i]:+.4f}") for i, q in enumerate(keys)]
   return lines + ["", "![selection error](figures/selection_error.png)"]
 
 
@@ -254,24 +246,21 @@ def _weighted_fits(results: dict) -> list[str]:
   rows = []
   for fit in results["fits"]:
     fits = checks_lib.law_fits(fit, records.runs_of(results, fit))
-    for name, found in (("L >= 1", fits["from_1"]), ("L >= 2", fits["from_2"])):
-      if found is None:
-        continue
-      note = " (L = 1 from flagged models)" if name == "L >= 1" and fits["flagged_depth_1"] else ""
-      rows.append(f"| {records.grid_label(fit)} | {name}{note} | "
-                  + (f"{found['L0']:.4g} +- {found['L0_se']:.2g} | {found['c']:.4g} +- "
-                     f"{found['c_se']:.2g} | {found['alpha']:.3f} +- {found['alpha_se']:.3f} | "
-                     f"{found['r2']:.4f} |" if found["resolved"] else
-                     f"{found['verdict']} | - | - | - |"))
+    label = records.grid_label(fit)
+    if fits["from_1"] is not None:
+      note = " (L = 1 from flagged models)" if fits["flagged_depth_1"] else ""
+      rows.append(row(label, "L >= 1" + note, fit_cells(fits["from_1"])))
+    if fits["from_2"] is not None:
+      rows.append(row(label, "L >= 2", fit_cells(fits["from_2"])))
     errors = ", ".join(f"{L:g}: {e:.2g}" for L, e in zip(fits["depths"], fits["errors"]))
-    rows.append(f"| {records.grid_label(fit)} | per-depth se used as weights | {errors} | - | - | - |")
+    rows.append(row(label, "per-depth se used as weights", errors, "-", "-", "-"))
   if not rows:
     return []
   return ["", "## The law check's fits, weighted by each depth's standard error", "",
           "Each depth's error is the larger of the spread over seeds and the models' own error "
           "(over time for a window average, else over evaluation contexts) over sqrt(seeds). "
-          "The law check needs both depth sets in range (checks.depth_law).", "",
-          "| grid | depths | L0 | c | alpha | R^2 |", "|---|---|---|---|---|---|"] + rows
+          "The law check needs both depth sets in range (checks.depth_law).", ""
+          ] + table("grid", "depths", "L0", "c", "alpha", "R^2") + rows
 
 
 WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
@@ -289,24 +278,21 @@ def _window_fits(results: dict) -> list[str]:
       for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], WINDOW_MIN_DEPTHS,
                                                alpha=alpha):
         depths = f"{window['smallest_depth']:g}..{max(fit['depths']):g}"
-        exponent = (f"{alpha:g} (held)" if alpha else
-                    f"{window['alpha']:.3f} +- {window['alpha_se']:.3f}")
+        exponent = f"{alpha:g} (held)" if alpha else pm(window, "alpha", ".3f", ".3f")
         if not window["resolved"]:
-          rows.append(f"| {records.grid_label(fit)} | {depths} | {window['verdict']} | "
-                      f"{exponent if alpha else '-'} | - | - |")
-          continue
-        versus_paper = (f"{100 * (window['L0'] / target - 1):+.1f}%" if target else "-")
-        rows.append(f"| {records.grid_label(fit)} | {depths} | {window['L0']:.4g} +- "
-                    f"{window['L0_se']:.2g} | {exponent} | {window['r2']:.4f} | "
-                    f"{versus_paper} |")
+          rows.append(row(records.grid_label(fit), depths, window["verdict"],
+                          exponent if alpha else "-", "-", "-"))
+        else:
+          rows.append(row(records.grid_label(fit), depths, pm(window, "L0"), exponent,
+                          f"{window['r2']:.4f}", percent(window["L0"], target)))
   if not rows:
     return []
   return ["", "## Depth fits by window: the same fit over L >= L_min", "",
           "A law that holds at every depth gives the same L0 and alpha on every window. The "
           "rows with alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 "
-          "says how well that law describes the curve.", "",
-          "| grid | depths | L0 | alpha | R^2 | L0 against the paper's Table 1 floor |",
-          "|---|---|---|---|---|---|"] + rows
+          "says how well that law describes the curve.", ""
+          ] + table("grid", "depths", "L0", "alpha", "R^2",
+                    "L0 against the paper's Table 1 floor") + rows
 
 
 def _stationarity_section(results: dict) -> list[str]:
@@ -322,18 +308,24 @@ def _stationarity_section(results: dict) -> list[str]:
            f"{first_step}..{config['max_steps']} every {config['eval_every']}; the error over "
            "time allows for the correlation of consecutive evaluations. A model is stationary "
            f"when its two half-window means and its slope are within "
-           f"{config['stationarity_z']:g} standard errors of no change.", "",
-           "| model | L | seed | R (time average) | se over time | final iterate | first half "
-           "-> second half | halves (se) | slope (se) | stationary |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           f"{config['stationarity_z']:g} standard errors of no change.", ""]
+  lines += table("model", "L", "seed", "R (time average)", "se over time", "final iterate",
+                 "first half -> second half", "halves (se)", "slope (se)", "stationary")
   for r in sorted(records, key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
     window = r["stationarity"]
-    lines.append(f"| {r['model']} {r['a']:g},{r['b']:g} | {r['depth']} | {r['seed']} | "
-                 f"{r['eval_loss']:.4f} | {window['se']:.4f} | {r['final_eval_loss']:.4f} | "
-                 f"{window['first_half']:.4f} -> {window['second_half']:.4f} | "
-                 f"{window['half_z']:.1f} | {window['slope_z']:.1f} | "
-                 f"{'yes' if window['stationary'] else '**no**'} |")
+    lines.append(row(f"{r['model']} {r['a']:g},{r['b']:g}", r["depth"], r["seed"],
+                     f"{r['eval_loss']:.4f}", f"{window['se']:.4f}",
+                     f"{r['final_eval_loss']:.4f}",
+                     f"{window['first_half']:.4f} -> {window['second_half']:.4f}",
+                     f"{window['half_z']:.1f}", f"{window['slope_z']:.1f}",
+                     "yes" if window["stationary"] else "**no**"))
   return lines
+
+
+def check_lines(found: list[checks_lib.Check]) -> list[str]:
+  """A report's check list: the header line, a line per check, the tolerances."""
+  return ([checks_lib.header_line(found), ""] + [checks_lib.check_line(check) for check in found]
+          + ["", checks_lib.tolerances_line()])
 
 
 def _training_header(config: dict, kind: str) -> str:
@@ -351,13 +343,12 @@ def _training_header(config: dict, kind: str) -> str:
 def write_report(workdir: str) -> str:
   """Writes figures/*.png and report.md from workdir/results.json alone; returns its path."""
   results = read_results(workdir)
-  config = results["config"]
   os.makedirs(os.path.join(workdir, "figures"), exist_ok=True)
   plot_depth_scaling(results, os.path.join(workdir, "figures", "depth_scaling.png"))
   plot_decomposition(results, os.path.join(workdir, "figures", "decomposition.png"))
   kinds = sorted({analysis.model_kind(f["model"]) for f in results["fits"]})
   lines = ["# inverse-depth report", "",
-           "; ".join(_training_header(config, kind) for kind in kinds)
+           "; ".join(_training_header(results["config"], kind) for kind in kinds)
            + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "
            f"{results['backend']} device(s).", ""]
   provenance = results.get("provenance")
@@ -373,49 +364,37 @@ def write_report(workdir: str) -> str:
                           f"{s['wall_time_s'] / 60:.0f} min)" for s in results["joined_from"])
               + ". Steps between depths from different runs have no paired standard error.",
               ""]
-  found = checks_lib.run_checks(results)
-  lines += ["## Checks against the paper", "", checks_lib.header_line(found), ""]
-  lines += [checks_lib.check_line(check) for check in found]
-  lines += ["", checks_lib.tolerances_line()]
+  lines += ["## Checks against the paper", ""] + check_lines(checks_lib.run_checks(results))
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
             "what was tried to find the regime where it does."]
-  lines += ["", "## Depth fits  R_L = L0 + c L^-alpha", "",
-            "| grid | L0 | c | alpha | R^2 | gap fit alpha (L0 - C_L = c L^-alpha, L0 held at "
-            "the weighted fit's; se of the slope; local slopes) |",
-            "|---|---|---|---|---|---|"]
+  lines += ["", "## Depth fits  R_L = L0 + c L^-alpha", ""]
+  lines += table("grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 "
+                 "held at the weighted fit's; se of the slope; local slopes)")
   for fit in results["fits"]:
     gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))  # None without a floor
-    gap_text = (f"{gap['alpha']:.3f} +- {gap['alpha_se']:.3f} on depths {gap['depths']}; "
-                f"local slopes {', '.join(f'{x:.2f}' for x in gap['local_slopes'])}"
+    gap_text = (f"{pm(gap, 'alpha', '.3f', '.3f')} on depths {gap['depths']}; local slopes "
+                + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
-    if fit["resolved"]:
-      lines.append(f"| {records.grid_label(fit)} | {fit['L0']:.4g} +- {fit['L0_se']:.2g} | "
-                   f"{fit['c']:.4g} +- {fit['c_se']:.2g} | {fit['alpha']:.3f} +- "
-                   f"{fit['alpha_se']:.3f} | {fit['r2']:.4f} | {gap_text} |")
-    else:
-      lines.append(f"| {records.grid_label(fit)} | {fit.get('verdict', 'not resolved')} | - | - | - "
-                   f"| {gap_text} |")
+    lines.append(row(records.grid_label(fit), fit_cells(fit), gap_text))
   lines += _weighted_fits(results)
   lines += _window_fits(results)
-  lines += ["", "## Against theory and the paper", "",
-            "| grid | fitted L0 | R at the deepest depth | theory bound | best mixture of cosine "
-            "layers | paper Table 1 L0 |", "|---|---|---|---|---|---|"]
+  lines += ["", "## Against theory and the paper", ""]
+  lines += table("grid", "fitted L0", "R at the deepest depth", "theory bound",
+                 "best mixture of cosine layers", "paper Table 1 L0")
   for fit in results["fits"]:
     bound = fit.get("bound") or {}
     target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-    theory_text = (f"{bound['reference']:.4g} +- {bound['reference_se']:.2g} "
-                   f"({bound['kind']})" if bound else "not computed")
-    mixture_text = (f"{bound['mixture']:.4g} +- {bound['mixture_se']:.2g}"
-                    if bound.get("kind") == "softmax_bound" else "-")
-    deepest = fit["losses"][-1] if fit["losses"] else float("nan")
-    floor_text = f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved"
-    lines.append(f"| {records.grid_label(fit)} | {floor_text} | {deepest:.4g} | {theory_text} | "
-                 f"{mixture_text} | {value_or_dash(target)} |")
+    lines.append(row(records.grid_label(fit),
+                     f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved",
+                     f"{fit['losses'][-1] if fit['losses'] else float('nan'):.4g}",
+                     f"{pm(bound, 'reference')} ({bound['kind']})" if bound else "not computed",
+                     pm(bound, "mixture") if bound.get("kind") == "softmax_bound" else "-",
+                     value_or_dash(target)))
   lines += _cosine_layers_section(results)
   lines += _ensemble_comparison(results)
   for fit in results["fits"]:
-    lines += ["", f"## {records.grid_label(fit)}", ""] + _table(results, fit) + _geometry_table(
-        results, fit)
+    lines += ["", f"## {records.grid_label(fit)}", ""]
+    lines += _table(results, fit) + _geometry_table(results, fit)
     if fit.get("flagged"):
       lines += ["", "**Flagged and excluded from the means and the fit:** "
                 + "; ".join(f"depth {e['depth']} seed {e['seed']} ({e['reason']})"
@@ -440,62 +419,49 @@ def _excess_text(entry: dict) -> str:
   """An excess over the full mixture with its paired se; float round-off prints as 0."""
   if abs(entry["excess"]) < 1e-12:
     return "0"
-  return f"{entry['excess']:.2g} +- {entry['excess_se']:.1g}"
+  return pm(entry, "excess", ".2g", ".1g")
 
 
 def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
   """One row per spectrum: the depth-L optima in `field` of each bound (average_by_layers or
   mixture_by_layers), the full mixture, the fall from L = 1 to 2 and the excess at the
   deepest L; then a sentence, from the numbers, on the depth from which every optimum stays
-  at the full mixture."""
+  at the full mixture (checks.settled_depth)."""
   bounds = results["bounds"]
   max_layers = len(bounds[0][field])
-  lines = ["| (a, b) | paper Table 1 L0 | "
-           + " | ".join(f"{label} {L}" for L in range(1, max_layers + 1))
-           + f" | full mixture | L = 1 -> 2 | excess at {label} {max_layers} | its temperatures |",
-           "|---|---|" + "---|" * max_layers + "---|---|---|---|"]
+  lines = table("(a, b)", "paper Table 1 L0",
+                *(f"{label} {L}" for L in range(1, max_layers + 1)), "full mixture",
+                "L = 1 -> 2", f"excess at {label} {max_layers}", "its temperatures")
   falls, settled_from = [], []
   for bound in bounds:
     by_layers = bound[field]
     falls.append(1 - by_layers[1]["loss"] / by_layers[0]["loss"])
-    within_se = checks_lib.EXPONENT_STANDARD_ERRORS
-    at_mixture = [entry["excess"] <= max(within_se * entry["excess_se"],
-                                         checks_lib.SATURATION_FRACTION * bound["mixture"])
-                  for entry in by_layers]
-    # the least L with every L' >= L at the mixture (an average can rise again: 4 layers
-    # cannot always copy the weights of 3), None if even the deepest is above it
-    settled_from.append(next((L for L in range(1, max_layers + 1)
-                              if all(at_mixture[L - 1:])), None))
+    settled_from.append(checks_lib.settled_depth(by_layers, bound["mixture"]))
     target = paper.table1_floor("softmax", "topk", results["sizes"]["k"], bound["a"], bound["b"])
-    deepest = by_layers[-1]
-    lines.append(
-        f"| ({bound['a']:g}, {bound['b']:g}) | {value_or_dash(target)} | "
-        + " | ".join(f"{entry['loss']:.4f}" for entry in by_layers)
-        + f" | {bound['mixture']:.4f} +- {bound['mixture_se']:.2g} | {-100 * falls[-1]:.1f}% | "
-        f"{_excess_text(deepest)} | " + ", ".join(f"{t:.3g}" for t in deepest["temperatures"])
-        + " |")
+    lines.append(row(spectrum(bound), value_or_dash(target),
+                     *(f"{entry['loss']:.4f}" for entry in by_layers), pm(bound, "mixture", ".4f"),
+                     f"{-100 * falls[-1]:.1f}%", _excess_text(by_layers[-1]),
+                     ", ".join(f"{t:.3g}" for t in by_layers[-1]["temperatures"])))
   settled = [L for L in settled_from if L is not None]
   positive_gains = all(entry["weights"] and min(entry["weights"]) > 0
                        for bound in bounds for entry in bound[field])
+  saturation = f"{100 * checks_lib.SATURATION_FRACTION:g}% of the loss"
   summary = (f"From one layer to two the optimum falls by {100 * min(falls):.1f}-"
              f"{100 * max(falls):.1f}%. ")
   if len(settled) < len(bounds):
     summary += (f"For {len(bounds) - len(settled)} of {len(bounds)} spectra it is still above "
                 f"the full mixture at L = {max_layers} (beyond 2 paired standard errors and "
-                f"{100 * checks_lib.SATURATION_FRACTION:g}% of the loss): deeper optima still improve "
-                "there.")
+                f"{saturation}): deeper optima still improve there.")
   elif positive_gains:
     summary += (f"From L = {max(settled)} on it stays at the full mixture (excess within 2 "
-                f"paired standard errors or {100 * checks_lib.SATURATION_FRACTION:g}% of the loss) for "
-                "every spectrum; with every gain positive no depth goes below the full "
-                "mixture, so deeper optima gain at most that excess: a drop within the first "
-                "layers, not a floor approached like 1/L.")
+                f"paired standard errors or {saturation}) for every spectrum; with every gain "
+                "positive no depth goes below the full mixture, so deeper optima gain at most "
+                "that excess: a drop within the first layers, not a floor approached like 1/L.")
   else:
     summary += (f"From L = {max(settled)} on it stays at the full mixture for every spectrum, "
                 "but some gains are negative, so the full (nonnegative) mixture does not bound "
                 "deeper optima.")
-  lines += ["", summary]
-  return lines
+  return lines + ["", summary]
 
 
 def write_cosine_mixture_report(workdir: str) -> str:
@@ -539,18 +505,17 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
   results.json alone: per grid and depth, the change in R_L when the same models train for
   the longer schedule (`analysis.longer_training_changes`), a sign test over the grid, and
   both curves' fits over the paired models; returns the report's path. Raises ValueError
-  when the configs differ in more than records.SCHEDULE_COMPARISON_FIELDS or share no clean model.
-  A field only one config records (added to the code between the two runs) is listed in the
-  report, not checked: the older run ran with that field's default."""
-  loaded = []
-  for workdir in (short_dir, long_dir):
-    loaded.append(read_results(workdir))
-  short, long = loaded
+  when the configs differ in more than records.SCHEDULE_COMPARISON_FIELDS or share no clean
+  model. A field only one config records (added to the code between the two runs) is listed
+  in the report, not checked: the older run ran with that field's default."""
+  short, long = read_results(short_dir), read_results(long_dir)
   differing, unrecorded = records.config_differences(short["config"], long["config"])
-  other = [text for field, text in differing.items() if field not in records.SCHEDULE_COMPARISON_FIELDS]
+  other = [text for field, text in differing.items()
+           if field not in records.SCHEDULE_COMPARISON_FIELDS]
   if other:
     raise ValueError(f"{short_dir} and {long_dir} differ in more than the schedule's length "
-                     f"(allowed: {', '.join(records.SCHEDULE_COMPARISON_FIELDS)}): {'; '.join(other)}")
+                     f"(allowed: {', '.join(records.SCHEDULE_COMPARISON_FIELDS)}): "
+                     f"{'; '.join(other)}")
   changes = analysis.longer_training_changes(short["runs"], long["runs"])
   if not changes:
     raise ValueError(f"{short_dir} and {long_dir} share no clean model (paired by "
@@ -578,20 +543,21 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
            f"**{num_lower} of {num_models} models end lower** after the longer schedule "
            "(two-sided sign test against no change: "
            f"p = {analysis.sign_test(num_lower, num_models):.2g})."]
-  for grid, rows in sorted(rows_by_grid.items()):
-    label = records.grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
-    lines += ["", f"## {label}", "",
-              "| L | seeds | steps (short -> long) | R_L short | R_L long | change per seed | "
-              "mean change +- se | seeds lower | resolved |",
-              "|---|---|---|---|---|---|---|---|---|"]
+  fig, ax = plt.subplots(figsize=(6, 4.5))
+  for i, (grid, rows) in enumerate(sorted(rows_by_grid.items())):
+    grid = dict(zip(analysis.GRID_FIELDS, grid))
+    label, depths = records.grid_label(grid), [c["depth"] for c in rows]
+    lines += ["", f"## {label}", ""]
+    lines += table("L", "seeds", "steps (short -> long)", "R_L short", "R_L long",
+                   "change per seed", "mean change +- se", "seeds lower", "resolved")
     for c in rows:
       se_text = (f"{100 * c['mean_change_se'] / c['short_loss']:.2f}%"
                  if np.isfinite(c["mean_change_se"]) else "n/a (one seed)")
-      lines.append(f"| {c['depth']} | {len(c['seeds'])} | {_steps_text(c['short_steps'])} -> "
-                   f"{_steps_text(c['long_steps'])} | {c['short_loss']:.4f} | "
-                   f"{c['long_loss']:.4f} | " + ", ".join(f"{x:+.4f}" for x in c["changes"])
-                   + f" | {100 * c['relative_change']:+.2f}% +- {se_text} | "
-                   f"{c['num_lower']}/{len(c['changes'])} | {'yes' if c['resolved'] else 'no'} |")
+      lines.append(row(c["depth"], len(c["seeds"]), f"{_steps_text(c['short_steps'])} -> "
+                       f"{_steps_text(c['long_steps'])}", f"{c['short_loss']:.4f}",
+                       f"{c['long_loss']:.4f}", ", ".join(f"{x:+.4f}" for x in c["changes"]),
+                       f"{100 * c['relative_change']:+.2f}% +- {se_text}",
+                       f"{c['num_lower']}/{len(c['changes'])}", "yes" if c["resolved"] else "no"))
     moved = [c for c in rows if c["resolved"]]
     if moved:
       largest = max(moved, key=lambda c: abs(c["relative_change"]))
@@ -600,28 +566,19 @@ def write_longer_training_report(short_dir: str, long_dir: str) -> str:
                 f"{100 * largest['relative_change']:+.2f}% at L = {largest['depth']}."]
     else:
       lines += ["", "No depth's change is resolved at these seeds."]
-    if len(rows) >= 3:
-      depths = [c["depth"] for c in rows]
-      has_floor = dict(zip(analysis.GRID_FIELDS, grid))["task"] == "topk"
-      for name in ("short", "long"):
-        fit = analysis.fit_depth_scaling(depths, [c[f"{name}_loss"] for c in rows],
-                                         fit_floor=has_floor)
-        lines.append(f"- fit of the {name} run over the paired models: " + (
-            f"L0 = {fit['L0']:.4g} +- {fit['L0_se']:.2g}, alpha = {fit['alpha']:.3f} +- "
-            f"{fit['alpha_se']:.3f}, R^2 = {fit['r2']:.4f}" if fit["resolved"]
-            else fit["verdict"]))
-  os.makedirs(os.path.join(long_dir, "figures"), exist_ok=True)
-  fig, ax = plt.subplots(figsize=(6, 4.5))
-  for i, (grid, rows) in enumerate(sorted(rows_by_grid.items())):
-    depths = [c["depth"] for c in rows]
-    label = records.grid_label(dict(zip(analysis.GRID_FIELDS, grid)))
-    ax.plot(depths, [c["short_loss"] for c in rows], "o--", color=f"C{i}", mfc="none",
-            label=f"{label}, {max(rows[0]['short_steps'])} steps")
-    ax.plot(depths, [c["long_loss"] for c in rows], "o-", color=f"C{i}",
-            label=f"{label}, {max(rows[0]['long_steps'])} steps")
+    for name in ("short", "long") if len(rows) >= 3 else ():
+      fit = analysis.fit_depth_scaling(depths, [c[f"{name}_loss"] for c in rows],
+                                       fit_floor=grid["task"] == "topk")
+      lines.append(f"- fit of the {name} run over the paired models: " + (
+          f"L0 = {pm(fit, 'L0')}, alpha = {pm(fit, 'alpha', '.3f', '.3f')}, R^2 = "
+          f"{fit['r2']:.4f}" if fit["resolved"] else fit["verdict"]))
+    for name, style, mfc in (("short", "o--", "none"), ("long", "o-", None)):
+      ax.plot(depths, [c[f"{name}_loss"] for c in rows], style, color=f"C{i}", mfc=mfc,
+              label=f"{label}, {max(rows[0][name + '_steps'])} steps")
   ax.set(xscale="log", yscale="log", xlabel="depth L",
          ylabel="held-out loss R_L (mean over paired seeds)")
   ax.legend(fontsize=7)
+  os.makedirs(os.path.join(long_dir, "figures"), exist_ok=True)
   save_figure(fig, os.path.join(long_dir, "figures", "longer_training.png"))
   lines += ["", "![longer training](figures/longer_training.png)", ""]
   path = os.path.join(long_dir, "longer_training.md")
