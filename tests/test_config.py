@@ -297,7 +297,8 @@ COMMITTED_RUNS = {
     "depth_law": ("depth_law", None), "linear_floor": ("linear_floor", None),
     **{f"reproduce/{name}": (name, "cpu") for name in (
         "table1", "table2", "table3", "table3_top2", "table4", "table4_top16", "easy")},
-    **{f"table3_k16_by_P/P{P}": ("table3_k16_by_P", P) for P in ("2048", "4096", "8192")},
+    **{f"reproduce/table3_k16_by_P/P{P}": ("table3_k16_by_P", P)
+       for P in ("2048", "4096", "8192")},
     **{f"generalized/{run}": ("generalized", variant) for run, variant in (
         ("generalized", "cpu"), ("single_stream", "single_stream"), ("generalized_top16", "top16"),
         ("m_start", "m_start"), ("m_start_top16", "m_start_top16"),

@@ -1,12 +1,13 @@
 """Table 3's one miss (k = 16, isotropic) trained at larger context lengths P: does the gap to
-the paper's floor close as P grows? Committed: results/table3_k16_by_P/P{2048,4096,8192}.
+the paper's floor close as P grows? Committed:
+results/reproduce/table3_k16_by_P/P{2048,4096,8192}.
 
     python -m experiments.run --config=experiments/configs/table3_k16_by_P.py:4096 \
         --workdir=runs/table3_k16_by_P/P4096
 
 table3.py at the cpu tier (linear, d = N = 128, top-16, depths 1, 2, 4, one seed, 1200
-steps) on the spectrum (0, 0) only, at P = the argument (`:P=4096`, or `:4096`). 5, 9 and 17 min on 2 CPU cores at
-P = 2048, 4096 and 8192 (theory bounds included).
+steps) on the spectrum (0, 0) only, at P = the argument (`:P=4096`, or `:4096`). 5, 9 and 17
+min on 2 CPU cores at P = 2048, 4096 and 8192 (theory bounds included).
 """
 
 from experiments.configs import arguments, table3

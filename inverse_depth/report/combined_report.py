@@ -191,8 +191,8 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
             "the target averages: the floor at this P (`context_floor` of "
             "`theory.linear_floor`, same contexts) is the lowest loss such a model can reach at "
             "the trained P, and the two differ most when k/P is large and the spectrum flat. "
-            "results/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and 8192; its "
-            "README gives both floors and the trained loss at each P."]
+            "results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and "
+            "8192; its README gives both floors and the trained loss at each P."]
   return lines, claims.table3_checks(linear_grids)
 
 
