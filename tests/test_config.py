@@ -334,9 +334,9 @@ def _committed(folder):
 
 @pytest.mark.parametrize("folder", sorted(COMMITTED_RUNS))
 def test_each_committed_run_is_what_its_config_file_makes_today(folder):
-  """A committed run's config hash equals the hash of the config its file builds now (fields
-  added to the code later hash as absent at their defaults), so rerunning the documented
-  command resumes or regenerates that run instead of refusing its workdir."""
+  """A committed run's config hash equals the hash of the config its file builds now (a field
+  added to the code later comes with a schema version whose upgrade records it), so rerunning
+  the documented command resumes or regenerates that run instead of refusing its workdir."""
   committed, config = _committed(folder)
   assert config_lib.config_hash(config.to_dict()) == committed["config_hash"], folder
   _assert_same_regime(committed["config"], config)
