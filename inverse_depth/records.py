@@ -1,5 +1,6 @@
 """Reading finished runs: a results.json's records by grid, saved configs as a kind's grids
-ran them, and the rule for when two runs' configs may be compared model by model. The data
+ran them, the rule for when two runs' configs may be compared model by model, and the
+per-depth summaries the reports print (seed means, counts, percentiles, floors). The data
 side of the report layer (inverse_depth/report/), importable by science modules.
 """
 
@@ -218,6 +219,13 @@ def column_labels(config: dict, model: str) -> list[str]:
   if analysis.is_ensemble(model):
     return [f"member {i + 1}" for i in range(max(config["depths"]))]
   return [f"L={L}" for L in kind_config(config, model)["depths"]]
+
+
+def final_selected_mass(metrics: list[dict]) -> dict[tuple, np.ndarray]:
+  """(model, a, b) -> the last logged attention mass on the target's tokens (metrics.jsonl
+  `selected_mass`), mean over seeds, one entry per model column (`column_labels`)."""
+  return {(m["model"], m["a"], m["b"]): np.mean(m["selected_mass"], axis=0)
+          for m in metrics if "selected_mass" in m}
 
 
 def model_counts(runs: list[dict]) -> dict[str, int]:

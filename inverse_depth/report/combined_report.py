@@ -163,11 +163,6 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   return lines, claims.table3_checks(linear_grids)
 
 
-def _bound_cells(bound: dict) -> list[str]:
-  """The best single and mixed cosine layers of a softmax grid's bound, '-' where missing."""
-  return [f"{bound[key]:.4g}" if bound.get(key) else "-" for key in ("single", "mixture")]
-
-
 def table4_lines(table_results: list[dict | None]) -> list[str]:
   """Table 4 rows of every softmax grid of `table_results` (None for a run not finished): the
   weighted fit the Table 4 check decides on (`claims.decided_fit`) beside the paper's
@@ -185,8 +180,10 @@ def table4_lines(table_results: list[dict | None]) -> list[str]:
     distance = (f"{checks_lib.exponent_distance(decided, target):+.1f}"
                 if decided["resolved"] and target else "-")
     curve = ", ".join(f"{L:g}: {R:.4g}" for L, R in zip(fit["depths"], fit["losses"]))
+    bound = fit.get("bound") or {}
     lines.append(row(fit["k"], spectrum(fit), _fit_cells(decided), value_or_dash(target),
-                     distance, curve, *_bound_cells(fit.get("bound") or {})))
+                     distance, curve, *(f"{bound[key]:.4g}" if bound.get(key) else "-"
+                                        for key in ("single", "mixture"))))
   return lines
 
 
@@ -325,9 +322,7 @@ def easy_section(results: dict | None,
     return lines, []
   lines += table("model", "depth", "R_L (mean over unflagged seeds)", "E[y*^2]",
                  "final top-1 attention mass")
-  last_mass = {(record["model"], record["a"], record["b"]):
-               np.mean(record["selected_mass"], axis=0)
-               for record in metrics if "selected_mass" in record}
+  last_mass = records.final_selected_mass(metrics)
   for fit in results["fits"]:
     runs = records.runs_of(results, fit)
     second = np.mean([r["target_second_moment"] for r in runs])
