@@ -359,6 +359,11 @@ def softmax_floor(fit: dict, runs: list[dict] | None = None) -> Check | None:
   return Check("Table 1 softmax floor", bool(abs(off) <= SOFTMAX_FLOOR_TOLERANCE), text + ".")
 
 
+def exponent_distance(found: dict, target: float) -> float:
+  """(alpha - the paper's) / alpha_se of a resolved fit: the distance Table 4 checks."""
+  return (found["alpha"] - target) / found["alpha_se"]
+
+
 def table4_exponent(fit: dict, runs: list[dict] | None = None) -> Check | None:
   """The fitted alpha (weighted fit over the fit record's depths) within
   EXPONENT_STANDARD_ERRORS of the paper's Table 4 value with R^2 >= LAW_MIN_R2, after the
@@ -371,7 +376,7 @@ def table4_exponent(fit: dict, runs: list[dict] | None = None) -> Check | None:
   if primary is None or not primary["resolved"]:
     return Check("Table 4 exponent", False, f"{_label(fit)}: no exponent resolved against the "
                  f"paper's {target:g}.")
-  distance = (primary["alpha"] - target) / primary["alpha_se"]
+  distance = exponent_distance(primary, target)
   text = (f"{_label(fit)}: alpha {primary['alpha']:.2f} +- {primary['alpha_se']:.2g} against the "
           f"paper's {target:g} ({distance:+.1f} se; needs within {EXPONENT_STANDARD_ERRORS:g} se "
           f"and R^2 >= {LAW_MIN_R2:g}), R^2 {primary['r2']:.4f}")

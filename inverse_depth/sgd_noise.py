@@ -126,7 +126,8 @@ def _deepest_stationary(results: dict, fit: dict) -> int | None:
 
 def sweep_rows(workdirs: list[str]) -> list[dict]:
   """One row per (run, rate) of finished constant-rate runs: eta_eff / B, the fit, A_L - C_L
-  at the deepest stationary depth, and the predicted c where sgd_noise.json exists."""
+  at the deepest stationary depth, and the predicted c and fitted / predicted c (`c_ratio`)
+  where sgd_noise.json exists."""
   rows = []
   for workdir in workdirs:
     results = read_results(workdir)
@@ -142,9 +143,12 @@ def sweep_rows(workdirs: list[str]) -> list[dict]:
       gap = (fit["disagreement"][fit["depths"].index(deepest)]
              if deepest in fit["depths"] else float("nan"))
       predicted = predictions.get(rate, {})
+      predicted_c = predicted.get("predicted_c", float("nan"))
+      ratio = fit["c"] / predicted_c if fit["resolved"] and np.isfinite(predicted_c) else np.nan
       rows.append(dict(workdir=workdir, learning_rate=rate, batch_size=config["batch_size"],
                        eta_eff_over_B=rate / (1 - config["momentum"]) / config["batch_size"],
                        fit=fit, deepest_stationary=deepest, disagreement=gap,
-                       predicted_c=predicted.get("predicted_c", float("nan")),
-                       predicted_c_se=predicted.get("predicted_c_se", float("nan"))))
+                       predicted_c=predicted_c,
+                       predicted_c_se=predicted.get("predicted_c_se", float("nan")),
+                       c_ratio=float(ratio)))
   return sorted(rows, key=lambda r: r["eta_eff_over_B"])

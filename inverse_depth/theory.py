@@ -497,3 +497,12 @@ def sgd_quadratic_excess(hessian, gradient_covariance, *, learning_rate: float, 
   covariance = scipy.linalg.solve_discrete_lyapunov(transition,
                                                     injection @ noise @ injection.T)
   return float(np.trace(H @ covariance[:n, :n]) / 2)
+
+
+def depth_slopes(d: int, a: float, b: float, depths) -> tuple[float, float]:
+  """-d log R / d log L, least squares over `depths`, of L repeated unit steps
+  (`repeated_update_risk`) and of the best degree-L polynomial (`optimal_polynomial_risk`)."""
+  def slope(risks):
+    return float(-np.polyfit(np.log(depths), np.log(risks), 1)[0])
+  return (slope([repeated_update_risk(d=d, a=a, b=b, depth=int(L)) for L in depths]),
+          slope([optimal_polynomial_risk(d=d, a=a, b=b, depth=int(L))["risk"] for L in depths]))

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from inverse_depth import records
 from inverse_depth.report import regime_report
 from tests import REPO
 
@@ -18,7 +19,7 @@ def test_rows_are_the_fits_seed_means_and_the_report_lists_every_regime(tmp_path
   for name, workdir in RUNS.items():
     with open(os.path.join(workdir, "results.json")) as f:
       results = json.load(f)
-    rows = regime_report.regime_rows(results)
+    rows = records.regime_rows(results)
     fit = results["fits"][0]
     assert list(rows["eval_loss"]) == fit["depths"]
     assert list(rows["eval_loss"].values()) == pytest.approx(fit["losses"], rel=1e-12)

@@ -193,9 +193,9 @@ def test_column_labels_follow_the_grid_layout():
   """metrics.jsonl columns are a grid's depths (its own when model_overrides sets them) or,
   for an ensemble control, its max(depths) one-layer members."""
   config = dict(depths=[1, 2, 4], model_overrides=dict(linear=dict(depths=[1, 2])))
-  assert combined_report.column_labels(config, "softmax") == ["L=1", "L=2", "L=4"]
-  assert combined_report.column_labels(config, "linear") == ["L=1", "L=2"]
-  assert combined_report.column_labels(config, "softmax-ensemble") == [
+  assert records.column_labels(config, "softmax") == ["L=1", "L=2", "L=4"]
+  assert records.column_labels(config, "linear") == ["L=1", "L=2"]
+  assert records.column_labels(config, "softmax-ensemble") == [
       "member 1", "member 2", "member 3", "member 4"]
 
 
@@ -228,8 +228,19 @@ def test_cosine_mixtures_entrypoint_writes_a_table_regenerated_from_its_results(
   for entry in results["bounds"][0]["mixture_by_layers"]:
     entry.update(excess=0.5, excess_se=0.01)
   (tmp_path / "results.json").write_text(json.dumps(results))
-  verdict = open(run_report.write_cosine_mixture_report(str(tmp_path))).read()
+  subprocess.run([sys.executable, "-c", "import sys; from experiments import cosine_mixtures; "
+                  "cosine_mixtures.write_report(sys.argv[1])", str(tmp_path)],
+                 cwd=REPO, check=True, capture_output=True, timeout=120)
+  verdict = (tmp_path / "report.md").read_text()
   assert verdict.count("For 1 of 7 spectra it is still above the full mixture at L = 3") == 1
+
+
+def _longer_training(tmp_path) -> subprocess.CompletedProcess:
+  """experiments.longer_training on tmp_path/short and tmp_path/long, in a process of its own:
+  its required flags would fail reproduce's flag parsing."""
+  return subprocess.run([sys.executable, "-m", "experiments.longer_training",
+                         f"--short={tmp_path / 'short'}", f"--long={tmp_path / 'long'}"],
+                        cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def test_longer_training_entrypoint_pairs_each_model_with_its_longer_trained_self(tmp_path):
@@ -248,9 +259,7 @@ def test_longer_training_entrypoint_pairs_each_model_with_its_longer_trained_sel
     dirs[name] = tmp_path / name
     dirs[name].mkdir()
     (dirs[name] / "results.json").write_text(json.dumps(results))
-  subprocess.run([sys.executable, "-m", "experiments.longer_training",
-                  f"--short={dirs['short']}", f"--long={dirs['long']}"],
-                 cwd=REPO, check=True, capture_output=True)
+  _longer_training(tmp_path).check_returncode()
   text = (dirs["long"] / "longer_training.md").read_text()
   assert (dirs["long"] / "figures" / "longer_training.png").stat().st_size > 0
   loss = {name: {(r["depth"], r["seed"]): r["eval_loss"] for r in results["runs"]}
@@ -280,9 +289,8 @@ def test_longer_training_pairs_a_run_of_one_spectrum_with_a_grid_of_several(tmp_
   results["config"]["max_steps"] = 24000
   (tmp_path / "long").mkdir()
   (tmp_path / "long" / "results.json").write_text(json.dumps(results))
-  path = run_report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
-  with open(path) as f:
-    text = f.read()
+  _longer_training(tmp_path).check_returncode()
+  text = (tmp_path / "long" / "longer_training.md").read_text()
   assert f"{len(clean_others)} clean models of the short run and 0 of the long" in text
   assert f"0 of {len(clean_kept)} models end lower" in text  # the same models, unchanged
 
@@ -296,8 +304,8 @@ def test_longer_training_refuses_runs_that_differ_in_more_than_the_schedule(tmp_
     (tmp_path / name).mkdir()
     results["config"]["learning_rate"] = rate
     (tmp_path / name / "results.json").write_text(json.dumps(results))
-  with pytest.raises(ValueError, match="learning_rate: 0.001 -> 0.003"):
-    run_report.write_longer_training_report(str(tmp_path / "short"), str(tmp_path / "long"))
+  proc = _longer_training(tmp_path)
+  assert proc.returncode != 0 and "learning_rate: 0.001 -> 0.003" in proc.stderr
   assert not (tmp_path / "long" / "longer_training.md").exists()
 
 

@@ -45,32 +45,6 @@ SGD_TABLE_RUNS = (("table1", "experiments/configs/sgd_table1.py"),
                   ("table4_top16", "experiments/configs/sgd_table4_top16.py"))
 
 
-def deepest(fit: dict) -> tuple[int | None, float]:
-  """(depth, seed-mean loss) of the deepest depth with a clean model; (None, nan) if none."""
-  return (int(fit["depths"][-1]), fit["losses"][-1]) if fit["losses"] else (None, float("nan"))
-
-
-def floor_of(fit: dict) -> tuple[float, str]:
-  """A grid's floor: the fitted L0 where the fit resolves a depth law with a floor, else the
-  deepest clean loss (a plateau); with the words saying which."""
-  if fit["resolved"] and np.isfinite(fit["L0"]) and fit["L0"] > 0:
-    return fit["L0"], "fitted L0"
-  depth, loss = deepest(fit)
-  return loss, f"R at L={depth}" if depth else "no clean model"
-
-
-def linear_floor_of(results: dict, fit: dict) -> tuple[float, str]:
-  """A linear grid's plateau at its deepest clean depth: the loss averaged exactly over beta
-  where recorded (`analysis.beta_averaged_loss`), else the held-out MSE; with the words saying
-  which."""
-  depth = deepest(fit)[0]
-  if depth is None:
-    return float("nan"), "no clean model"
-  loss, _, measure = analysis.plateau_loss(records.runs_of(results, fit), fit, depth)
-  return loss, (f"averaged over beta, L={depth}" if measure == "averaged over beta"
-                else f"R at L={depth}")
-
-
 def _not_run(title: str, results: dict | None, name: str) -> list[str]:
   """A section's title lines, with 'Not run' where its results are missing."""
   return [title, ""] + (["Not run (no results.json for " + name + ")."] if results is None else [])
@@ -93,7 +67,8 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
       if fit is None:
         cells += ["not run"] + ["-"] * 4
         continue
-      value, how = floor_of(fit) if model == "softmax" else linear_floor_of(results, fit)
+      value, how = (records.floor_of(fit) if model == "softmax"
+                     else records.linear_floor_of(results, fit))
       target = paper.table1_floor(model, "topk", 2, *key)
       bound = fit.get("bound") or {}
       cells += [f"{value:.4g} ({how})", value_or_dash(target), percent(value, target)]
@@ -112,11 +87,6 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
   return lines, claims.table1_checks(results)
 
 
-def _slope(depths, losses) -> float:
-  """-d log R / d log L by least squares over the depths."""
-  return float(-np.polyfit(np.log(depths), np.log(losses), 1)[0])
-
-
 def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Check]]:
   """Fitted exponents beside zeta and 2 zeta (the asymptotic band) and beside the slopes
   theory gives on the run's own depths and d: L repeated unit steps (the start of a
@@ -133,10 +103,7 @@ def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
     z = theory.zeta(a, b)
     alpha = fit["alpha"] if fit["resolved"] else float("nan")
     target = paper.TABLE2_ALPHA.get((a, b))
-    repeated = _slope(depths, [theory.repeated_update_risk(d=d, a=a, b=b, depth=int(L))
-                               for L in depths])
-    best = _slope(depths, [theory.optimal_polynomial_risk(d=d, a=a, b=b, depth=int(L))["risk"]
-                           for L in depths])
+    repeated, best = theory.depth_slopes(d, a, b, depths)
     in_band = checks_lib.table2_exponent_band(fit).passed
     lines.append(row(spectrum(fit), f"{z:.3g}", f"{alpha:.3f} +- {fit['alpha_se']:.2g}",
                      f"{fit['r2']:.4f}", f"{2 * z:.3g}", value_or_dash(target),
@@ -166,7 +133,7 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
     bound = fit.get("bound")
     if not bound:
       continue
-    depth, held_out = deepest(fit)
+    depth, held_out = records.deepest(fit)
     trained, trained_se, measure = analysis.plateau_loss(runs, fit, depth)
     held_out_se = float(np.mean([r["eval_loss_se"] for r in analysis.clean_runs(runs)
                                  if r["depth"] == depth] or [np.nan]))
@@ -196,11 +163,6 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
   return lines, claims.table3_checks(linear_grids)
 
 
-def _bound_cells(bound: dict) -> list[str]:
-  """The best single and mixed cosine layers of a softmax grid's bound, '-' where missing."""
-  return [f"{bound[key]:.4g}" if bound.get(key) else "-" for key in ("single", "mixture")]
-
-
 def table4_lines(table_results: list[dict | None]) -> list[str]:
   """Table 4 rows of every softmax grid of `table_results` (None for a run not finished): the
   weighted fit the Table 4 check decides on (`claims.decided_fit`) beside the paper's
@@ -215,11 +177,13 @@ def table4_lines(table_results: list[dict | None]) -> list[str]:
   for fit, runs in grids:
     decided = claims.decided_fit(fit, runs)
     target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
-    distance = (f"{(decided['alpha'] - target) / decided['alpha_se']:+.1f}"
+    distance = (f"{checks_lib.exponent_distance(decided, target):+.1f}"
                 if decided["resolved"] and target else "-")
     curve = ", ".join(f"{L:g}: {R:.4g}" for L, R in zip(fit["depths"], fit["losses"]))
+    bound = fit.get("bound") or {}
     lines.append(row(fit["k"], spectrum(fit), _fit_cells(decided), value_or_dash(target),
-                     distance, curve, *_bound_cells(fit.get("bound") or {})))
+                     distance, curve, *(f"{bound[key]:.4g}" if bound.get(key) else "-"
+                                        for key in ("single", "mixture"))))
   return lines
 
 
@@ -336,7 +300,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_
     for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
       bound = fit.get("bound") or {}
-      depth, loss = deepest(fit)
+      depth, loss = records.deepest(fit)
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
       lines.append(row(spectrum(fit), _fit_cells(decided), value_or_dash(target),
@@ -358,9 +322,7 @@ def easy_section(results: dict | None,
     return lines, []
   lines += table("model", "depth", "R_L (mean over unflagged seeds)", "E[y*^2]",
                  "final top-1 attention mass")
-  last_mass = {(record["model"], record["a"], record["b"]):
-               np.mean(record["selected_mass"], axis=0)
-               for record in metrics if "selected_mass" in record}
+  last_mass = records.final_selected_mass(metrics)
   for fit in results["fits"]:
     runs = records.runs_of(results, fit)
     second = np.mean([r["target_second_moment"] for r in runs])
@@ -446,14 +408,9 @@ def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
   fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4),
                            squeeze=False)
   for ax, (title, runs) in zip(axes[0], panels):
-    runs = [r for r in analysis.clean_runs(runs) if "modewise_loss" in r]
-    if not runs:
+    depths, normalised_LD = records.modewise_means(runs)
+    if not depths:
       continue
-    depths = sorted({r["depth"] for r in runs})
-    normalised_LD = np.array([np.mean([np.asarray(r["modewise_loss"])
-                                       / np.asarray(r["modewise_zero_loss"])
-                                       for r in runs if r["depth"] == L], axis=0)
-                              for L in depths])
     num_modes = normalised_LD.shape[1]
     modes = sorted({0, 1, 3, 7, 15, 31, 63, num_modes - 1} & set(range(num_modes)))
     colours = plt.cm.viridis(np.linspace(0, 1, len(modes)))
@@ -466,24 +423,16 @@ def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
   run_report.save_figure(fig, path)
 
 
-def column_labels(config: dict, model: str) -> list[str]:
-  """Labels of a grid's model columns in metrics.jsonl: its depths (flagged models included),
-  or the one-layer members of an ensemble control."""
-  if analysis.is_ensemble(model):
-    return [f"member {i + 1}" for i in range(max(config["depths"]))]
-  return [f"L={L}" for L in records.kind_config(config, model)["depths"]]
-
-
 def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
   """Attention mass on the target's tokens (top-1 mass on the easy task) during training,
   a line per depth (mean over seeds), for one model kind's metrics."""
   fig, ax = plt.subplots(figsize=(5.5, 4))
-  records = [m for m in metrics if "selected_mass" in m]
-  if records:
-    mass_by_step = np.array([np.mean(m["selected_mass"], axis=0) for m in records])  # [., M]
-    labels = column_labels(config, records[0]["model"])
+  logged = [m for m in metrics if "selected_mass" in m]
+  if logged:
+    mass_by_step = np.array([np.mean(m["selected_mass"], axis=0) for m in logged])  # [., M]
+    labels = records.column_labels(config, logged[0]["model"])
     for i in range(mass_by_step.shape[1]):
-      ax.plot([m["step"] for m in records], mass_by_step[:, i], label=labels[i])
+      ax.plot([m["step"] for m in logged], mass_by_step[:, i], label=labels[i])
   ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
   ax.legend(fontsize=7)
   run_report.save_figure(fig, path)
@@ -497,7 +446,7 @@ def plot_training_curves(name: str, metrics: list[dict], results: dict, path: st
   fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
   for ax, (model, a, b) in zip(axes.flat, grids):
     lines = [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)]
-    labels = column_labels(results["config"], model)
+    labels = records.column_labels(results["config"], model)
     val_by_step = np.array([np.mean(m["val_loss"], axis=0) for m in lines])  # [., M]
     for i in range(val_by_step.shape[1]):
       ax.plot([m["step"] for m in lines], val_by_step[:, i], lw=1,
@@ -531,14 +480,13 @@ def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]],
 
 def models_line(all_results: dict[str, dict]) -> str:
   """How many of the models behind a set of runs converged by the stated rule, were stationary
-  over their averaging window (where they have one), and are clean."""
-  runs = [r for results in all_results.values() for r in results["runs"]]
-  windows = [r for r in runs if "stationarity" in r]
-  return (f"Models: {len(runs)} trained; {sum(r['converged'] for r in runs)} converged by the "
+  over their averaging window (where they have one), and are clean (`records.model_counts`)."""
+  n = records.model_counts([r for results in all_results.values() for r in results["runs"]])
+  return (f"Models: {n['trained']} trained; {n['converged']} converged by the "
           "stated rule (a decayed or constant rate rarely meets it: docs/regimes.md); "
-          + (f"{sum(r['stationarity']['stationary'] for r in windows)} of {len(windows)} "
-             "stationary over their averaging window; " if windows else "")
-          + f"{sum(analysis.is_clean(r) for r in runs)} clean (neither diverged nor flagged).")
+          + (f"{n['stationary']} of {n['windowed']} "
+             "stationary over their averaging window; " if n["windowed"] else "")
+          + f"{n['clean']} clean (neither diverged nor flagged).")
 
 
 def _figures(all_results: dict[str, dict], metrics: dict[str, list[dict]], figures: str
@@ -552,7 +500,7 @@ def _figures(all_results: dict[str, dict], metrics: dict[str, list[dict]], figur
   if table1:
     plot_table1(table1, os.path.join(figures, "table1_depth.png"))
     plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
-    if run_report.selection_records(table1):  # selection_section links it only then
+    if records.selection_percentiles(table1):  # selection_section links it only then
       run_report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
     lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear theory "
               "floor; dotted: best mixture):", "", "![table 1](figures/table1_depth.png)", "",

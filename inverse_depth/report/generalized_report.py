@@ -59,12 +59,6 @@ def regime_claims(base: str = ".") -> list[str]:
   return lines
 
 
-def _means(runs: list[dict], field: str) -> dict[int, tuple[float, float]]:
-  """depth -> (mean, standard error) over the non-diverged seeds of a run-record field."""
-  depths, means, errors = analysis.seed_means(runs, field)
-  return {d: (m, e) for d, m, e in zip(depths, means, errors)}
-
-
 def trend_sentence(fit: dict) -> str:
   """The depth trend of one grid in words, from its fit and paired differences."""
   if len(fit["losses"]) < 2:
@@ -88,7 +82,7 @@ def depth_table(results: dict) -> list[str]:
                 "m (seeds)", "m g_2/g_1 (seeds)", "rho of S_1 (R^2)")
   for fit in results["fits"]:
     runs = [r for r in records.runs_of(results, fit) if not r["diverged"]]
-    loss, shared, gap = (_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
+    loss, shared, gap = (records.depth_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
     for depth in sorted(loss):
       at = [r for r in runs if r["depth"] == depth]
       m_text, step_text = (", ".join(f"{r[field]:+.2f}" for r in at) if field in at[0] else "-"
@@ -148,66 +142,36 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
     start = records.kind_config(results["config"], "context_updates").get(
         "context_update_m_init", 0.0)
     text = f"- {name} (top-{runs[0]['k']}, m starts at {start:g}): m = " + ", ".join(
-        f"{m:+.2f} (L={d})" for d, (m, _) in sorted(_means(runs, "m").items()))
+        f"{m:+.2f} (L={d})" for d, (m, _) in sorted(records.depth_means(runs, "m").items()))
     if "m_effective" in runs[0]:
       text += "; m g_2/g_1 = " + ", ".join(
-          f"{m:+.2f}" for _, (m, _) in sorted(_means(runs, "m_effective").items()))
+          f"{m:+.2f}" for _, (m, _) in sorted(records.depth_means(runs, "m_effective").items()))
     lines.append(text + ".")
   return lines
 
 
 def m_profile_table(all_results: dict[str, dict]) -> list[str]:
-  """Loss along m at every trained depth (seed means of the run records' `m_profile`: every
-  other weight as trained), and where along the offsets it is lowest."""
+  """Loss along m at every trained depth (`records.m_profiles`: every other weight as
+  trained), and where along the offsets it is lowest."""
   lines = []
   for name, results in all_results.items():
-    runs = [r for r in results["runs"] if "m_profile" in r and not r["diverged"]]
-    if not runs:
-      continue
-    offsets = runs[0]["m_profile"]["offsets"]
-    if not lines:
-      lines = table("run", "depth", "learned m", *(f"offset {o:+g}" for o in offsets),
-                    "lowest at")
-    for depth in sorted({r["depth"] for r in runs}):
-      at = [r for r in runs if r["depth"] == depth]
-      loss = np.mean([r["m_profile"]["loss"] for r in at], axis=0)
-      lines.append(row(name, depth, f"{np.mean([r['m'] for r in at]):+.2f}",
-                       *(f"{x:.4g}" for x in loss),
-                       "flat (m never enters)" if np.ptp(loss) <= 1e-9 * loss.min()
-                       else f"offset {offsets[int(np.argmin(loss))]:+g}"))
+    for d in records.m_profiles(results):
+      if not lines:
+        lines = table("run", "depth", "learned m", *(f"offset {o:+g}" for o in d["offsets"]),
+                      "lowest at")
+      lines.append(row(name, d["depth"], f"{d['m']:+.2f}", *(f"{x:.4g}" for x in d["loss"]),
+                       "flat (m never enters)" if d["lowest"] is None
+                       else f"offset {d['lowest']:+g}"))
   return lines
-
-
-def _loss_and_parameters(results: dict, fit: dict) -> dict[int, tuple[float, int]]:
-  """depth -> (mean R_L over clean seeds, parameters of one model) for one grid."""
-  runs = analysis.clean_runs(records.runs_of(results, fit))
-  loss = _means(runs, "eval_loss")
-  return {r["depth"]: (loss[r["depth"]][0], r["parameters"]) for r in runs}
-
-
-def looped_grids(all_results: dict[str, dict]) -> list[tuple[str, dict, dict]]:
-  """(label, results, fit) of the untied controlled grid of the first run with looped layers
-  and of every looped grid, labelled by how its layers' W_q, W_k are tied."""
-  grids = []
-  for results in all_results.values():
-    fits = {f["model"]: f for f in results["fits"]}
-    if "looped" not in fits:
-      continue
-    if "softmax" in fits and not grids:
-      grids.append(("untied", results, fits["softmax"]))
-    group = records.kind_config(results["config"], "looped")["loop_group"]
-    grids.append(("looped, all tied" if group == 0 else f"looped, tied in groups of {group}",
-                  results, fits["looped"]))
-  return grids
 
 
 def looped_summary(all_results: dict[str, dict]) -> list[str]:
   """Looped against untied at equal depth and at equal parameter count: R_L (clean seeds'
   mean) and the parameters of one model, per depth and grid."""
-  grids = looped_grids(all_results)
+  grids = records.looped_grids(all_results)
   if not grids:
     return ["Not run."]
-  by_depth = [_loss_and_parameters(results, fit) for _, results, fit in grids]
+  by_depth = [records.loss_and_parameters(results, fit) for _, results, fit in grids]
   lines = table("depth", *(column for label, _, _ in grids
                            for column in (f"{label}: R_L", "parameters")))
   for depth in sorted(set().union(*by_depth)):
@@ -248,12 +212,12 @@ def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
 
 def plot_looped(all_results: dict[str, dict], path: str) -> bool:
   """Loss against depth and against parameter count, looped beside untied."""
-  grids = looped_grids(all_results)
+  grids = records.looped_grids(all_results)
   if not grids:
     return False
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   for label, results, fit in grids:
-    by_depth = _loss_and_parameters(results, fit)
+    by_depth = records.loss_and_parameters(results, fit)
     depths = sorted(by_depth)
     losses = [by_depth[d][0] for d in depths]
     axes[0].plot(depths, losses, "o-", label=label)
@@ -268,7 +232,8 @@ def plot_looped(all_results: dict[str, dict], path: str) -> bool:
 
 def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of `runs` under ROOT
-  and, for the claims in both regimes, of claims.APPENDIX_C_RUNS under the repository root `base`."""
+  and, for the claims in both regimes, of claims.APPENDIX_C_RUNS under the repository root
+  `base`."""
   names = [name for name, _, _ in runs]
   all_results, metrics, figures = combined_report.load_root(root, names)
   regime = claims.REGIME_NAMES[claims.SGD_GENERALIZED if runs == SGD_RUNS

@@ -79,15 +79,13 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   fig, ax = run_report.plt.subplots(figsize=(6, 4.5))
   for i, setting in enumerate(sgd_noise.sweep_rows(workdirs)):
     fit = setting["fit"]
-    ratio = (fit["c"] / setting["predicted_c"]
-             if fit["resolved"] and np.isfinite(setting["predicted_c"]) else float("nan"))
     lines.append(row(f"`{setting['workdir']}`", setting["batch_size"],
                      f"{setting['learning_rate']:g}", f"{setting['eta_eff_over_B']:.3g}",
                      fit_cells(fit, c_spec=".3g"),
                      f"{setting['disagreement']:.3g} (L = {setting['deepest_stationary']})",
                      _value(setting, "predicted_c", ".3g")
                      if np.isfinite(setting["predicted_c"]) else "-",
-                     f"{ratio:.2f}" if np.isfinite(ratio) else "-"))
+                     f"{setting['c_ratio']:.2f}" if np.isfinite(setting["c_ratio"]) else "-"))
     if fit["resolved"]:
       depths, losses = np.asarray(fit["depths"]), np.asarray(fit["losses"])
       excess = losses - fit["L0"]

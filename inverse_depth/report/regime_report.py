@@ -8,45 +8,18 @@ not, and whether the layers stay on one cosine scorer.
 
 import os
 
-import numpy as np
-
-from inverse_depth import analysis, records
+from inverse_depth import records
 from inverse_depth.report import plt, run_report
 from inverse_depth.report.markdown import fit_cells, row, table
 from inverse_depth.files import write_text_atomic
 from inverse_depth.workdir import read_results
 
-def _temperature_spread(run: dict) -> float:
-  """Spread of a model's layer temperatures: std / mean over its layers (0 at L = 1)."""
-  taus = np.asarray(run.get("layer_temperature", [np.nan]), np.float64)
-  return float(taus.std() / abs(taus.mean())) if taus.size else float("nan")
-
-
-# (field, how it is read from one run record, panel title): seed means per depth.
-PANELS = (
-    ("eval_loss", lambda r: r["eval_loss"], "R_L"),
-    ("C", lambda r: r["C"], "C_L (shared error)"),
-    ("disagreement", lambda r: r["disagreement"], "A_L - C_L (disagreement)"),
-    ("temperature_spread", _temperature_spread, "layer temperature std / mean"),
-    ("anisotropy", lambda r: float(np.mean(r.get("layer_anisotropy", [np.nan]))),
-     "mean layer anisotropy |M - tau I| / |tau I|"),
-    ("deviation_alignment", lambda r: r.get("deviation_alignment", np.nan),
-     "alignment of the layers' departures from cosine"),
-)
-
-
-def _mean(values: list[float]) -> float:
-  """Mean over the finite values; nan when there are none (C_L at L = 1)."""
-  finite = [v for v in values if np.isfinite(v)]
-  return float(np.mean(finite)) if finite else float("nan")
-
-
-def regime_rows(results: dict) -> dict[str, dict[int, float]]:
-  """Per panel field: {depth: seed mean over the clean models of the first fit's grid}."""
-  runs = analysis.clean_runs(records.runs_of(results, results["fits"][0]))
-  depths = sorted({r["depth"] for r in runs})
-  return {field: {L: _mean([read(r) for r in runs if r["depth"] == L]) for L in depths}
-          for field, read, _ in PANELS}
+# (field of records.regime_rows, panel title)
+PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
+          ("disagreement", "A_L - C_L (disagreement)"),
+          ("temperature_spread", "layer temperature std / mean"),
+          ("anisotropy", "mean layer anisotropy |M - tau I| / |tau I|"),
+          ("deviation_alignment", "alignment of the layers' departures from cosine"))
 
 
 def _regime_text(config: dict) -> str:
@@ -61,10 +34,10 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   """figures/regimes.png and regimes.md in `out_dir` from {regime name: workdir}; returns
   the markdown's path. Each workdir's first fit is its grid (one problem per run)."""
   results = {name: read_results(workdir) for name, workdir in workdirs.items()}
-  rows = {name: regime_rows(r) for name, r in results.items()}
+  rows = {name: records.regime_rows(r) for name, r in results.items()}
   depths = sorted({L for by_field in rows.values() for L in by_field["eval_loss"]})
   fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
-  for ax, (field, _, label) in zip(axes.ravel(), PANELS):
+  for ax, (field, label) in zip(axes.ravel(), PANELS):
     for i, name in enumerate(rows):
       by_depth = rows[name][field]
       ax.plot(list(by_depth), list(by_depth.values()), "o-", color=f"C{i}", label=name)
@@ -81,7 +54,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   lines += table("regime", "run", "how it trains", "fit L0", "alpha", "R^2")
   lines += [row(name, f"`{workdirs[name]}`", _regime_text(r["config"]),
                 fit_cells(r["fits"][0], c_spec=None)) for name, r in results.items()]
-  for field, _, label in PANELS:
+  for field, label in PANELS:
     lines += ["", f"**{label}**", ""] + table("regime", *(f"L={L}" for L in depths))
     lines += [row(name, *(f"{rows[name][field][L]:.4g}" if L in rows[name][field] else "-"
                           for L in depths)) for name in rows]

@@ -4,7 +4,6 @@ The pass/miss lines come from `checks.run_checks` (inverse_depth/checks.py decid
 pass or miss, with named tolerances); each line states its tolerance.
 """
 
-import json
 import os
 
 import numpy as np
@@ -14,13 +13,7 @@ from inverse_depth import checks as checks_lib
 from inverse_depth.files import atomic_path, write_text_atomic
 from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import (fit_cells, percent, pm, row, spectrum, table,
-                                           value_or_dash)
-
-
-def by_depth(runs: list[dict], field: str) -> tuple[np.ndarray, np.ndarray]:
-  depths, means, _ = analysis.seed_means(analysis.clean_runs(runs), field)
-  return np.array(depths), np.array(means)
+from inverse_depth.report.markdown import fit_cells, percent, pm, row, table, value_or_dash
 
 
 def fit_curve(fit: dict, depths: np.ndarray) -> np.ndarray:
@@ -38,7 +31,7 @@ def plot_depth_scaling(results: dict, path: str) -> None:
       if not r["diverged"]:
         ax.plot(r["depth"], r["eval_loss"], "x" if r.get("flagged") else ".", color=color,
                 alpha=0.35)
-    depths, losses = by_depth(runs, "eval_loss")
+    depths, losses = records.clean_means(runs, "eval_loss")
     ax.plot(depths, losses, "o", color=color, label=records.grid_label(fit))
     if fit["resolved"]:
       dense = np.geomspace(depths.min(), depths.max(), 100)
@@ -77,7 +70,7 @@ def plot_decomposition(results: dict, path: str) -> None:
   fig, axes = plt.subplots(1, len(fits), figsize=(4.5 * len(fits), 3.8), squeeze=False)
   for ax, fit in zip(axes[0], fits):
     runs = records.runs_of(results, fit)
-    curves = [by_depth(runs, field) for field in ("eval_loss", "C", "disagreement")]
+    curves = [records.clean_means(runs, field) for field in ("eval_loss", "C", "disagreement")]
     for (depths, values), style, label in zip(curves, ("o-", "s-", "^-"), (
         "R_L", "C_L (shared)", "A_L - C_L (disagreement)")):
       ax.plot(depths, values, style, label=label)
@@ -93,61 +86,43 @@ def plot_decomposition(results: dict, path: str) -> None:
 
 
 def _table(results: dict, fit: dict) -> list[str]:
-  """Per depth: means over clean seeds of R (with its seed spread and its change from the
-  previous depth), A, C, A - C and (A - C) / L, the two terms of R = C + (A - C) / L; and,
-  where the records have it, R averaged exactly over beta with its standard error."""
+  """Per depth (`records.depth_rows`): R with its seed spread and change from the previous
+  depth, A, C, A - C and (A - C) / L, the two terms of R = C + (A - C) / L; and, where the
+  records have it, R averaged exactly over beta."""
   runs = records.runs_of(results, fit)
   averaged = any("beta_averaged_loss" in r for r in runs)
   lines = table("depth", "R_L (mean +- seed se)", "change from the previous depth",
                 *(["R_L averaged over beta (+- se)"] if averaged else []), "A_L", "C_L",
                 "A_L - C_L", "(A_L - C_L) / L", "max abs identity residual", "steps",
                 "converged", "flagged", "diverged")
-  previous_loss = float("nan")
-  for depth in sorted({r["depth"] for r in runs}):
-    everyone = [r for r in runs if r["depth"] == depth]
-    at = analysis.clean_runs(everyone)
-
-    def mean(field):
-      return np.mean([r[field] for r in at]) if at else float("nan")
-
-    spread = (np.std([r["eval_loss"] for r in at], ddof=1) / np.sqrt(len(at))
-              if len(at) > 1 else float("nan"))
-    change = mean("eval_loss") / previous_loss - 1
-    previous_loss = mean("eval_loss")
-    cells = [depth, f"{mean('eval_loss'):.4g} +- {spread:.2g}",
-             f"{100 * change:+.2f}%" if np.isfinite(change) else "-"]
+  for d in records.depth_rows(runs):
+    cells = [d["depth"], f"{d['eval_loss']:.4g} +- {d['eval_loss_se']:.2g}",
+             f"{100 * d['change']:+.2f}%" if np.isfinite(d["change"]) else "-"]
     if averaged:
-      loss, se = analysis.beta_averaged_loss(runs, depth)
-      cells.append(f"{loss:.4g} +- {se:.2g}" if np.isfinite(loss) else "-")
-    residual = max(abs(r["identity_residual"]) for r in at) if at else float("nan")
-    counts = [sum(r["converged"] for r in at), sum(r.get("flagged", False) for r in everyone),
-              sum(r["diverged"] for r in everyone)]
-    lines.append(row(*cells, f"{mean('A'):.4g}", f"{mean('C'):.4g}",
-                     f"{mean('disagreement'):.4g}", f"{mean('disagreement') / depth:.4g}",
-                     f"{residual:.1e}", int(np.mean([r["steps"] for r in at])) if at else 0,
-                     *(f"{count}/{len(everyone)}" for count in counts)))
+      cells.append(f"{d['beta_averaged']:.4g} +- {d['beta_averaged_se']:.2g}"
+                   if np.isfinite(d["beta_averaged"]) else "-")
+    lines.append(row(*cells, *(f"{d[field]:.4g}" for field in ("A", "C", "disagreement")),
+                     f"{d['disagreement'] / d['depth']:.4g}", f"{d['residual']:.1e}", d["steps"],
+                     *(f"{d[count]}/{d['models']}" for count in ("converged", "flagged",
+                                                                 "diverged"))))
   return lines
 
 
 def _geometry_table(results: dict, fit: dict) -> list[str]:
-  """Per depth, means over clean seeds of each layer's scoring geometry
-  (diagnostics.scoring_geometry), where the run records have it."""
-  runs = [r for r in analysis.clean_runs(records.runs_of(results, fit))
-          if "layer_temperature" in r]
-  if not runs:
+  """Per depth, each layer's scoring geometry (`records.geometry_rows`), where recorded."""
+  rows = records.geometry_rows(records.runs_of(results, fit))
+  if not rows:
     return []
   lines = ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
            "anisotropy 0 and scores with its temperature tau; alignment is the mean cosine "
            "between two layers' departures from cosine scoring (1: alike, 0: unrelated).", ""]
   lines += table("depth", "temperature tau: mean over layers (min..max)", "anisotropy",
                  "alignment")
-  for depth in sorted({r["depth"] for r in runs}):
-    at = [r for r in runs if r["depth"] == depth]
-    taus = np.concatenate([r["layer_temperature"] for r in at])
-    anisotropy = np.mean(np.concatenate([r["layer_anisotropy"] for r in at]))
-    alignment = np.mean([r["deviation_alignment"] for r in at])
-    lines.append(row(depth, f"{taus.mean():.3g} ({taus.min():.3g}..{taus.max():.3g})",
-                     f"{anisotropy:.3f}", f"{alignment:+.3f}" if np.isfinite(alignment) else "-"))
+  for d in rows:
+    taus = d["taus"]
+    lines.append(row(d["depth"], f"{taus.mean():.3g} ({taus.min():.3g}..{taus.max():.3g})",
+                     f"{d['anisotropy']:.3f}",
+                     f"{d['alignment']:+.3f}" if np.isfinite(d["alignment"]) else "-"))
   return lines
 
 
@@ -176,11 +151,7 @@ def _cosine_layers_section(results: dict) -> list[str]:
 def _ensemble_comparison(results: dict) -> list[str]:
   """Jointly trained depth-L model beside the average of L one-layer models trained alone."""
   lines = []
-  fits = {(f["model"], f["task"], f["k"], f["a"], f["b"]): f for f in results["fits"]}
-  for (model, *problem), ensemble in fits.items():
-    joint = fits.get(("softmax", *problem))
-    if model != "softmax" + analysis.ENSEMBLE_SUFFIX or joint is None:
-      continue
+  for joint, ensemble in records.ensemble_pairs(results):
     lines += ["", f"## Depth or ensemble? {records.grid_label(joint)}", "",
               "Jointly trained depth-L model against the average of L one-layer models trained "
               "alone on the same stream (means over clean seeds). Where the two agree, depth acts "
@@ -188,7 +159,7 @@ def _ensemble_comparison(results: dict) -> list[str]:
               "cannot.", ""]
     lines += table("depth", "joint R_L", "ensemble R_L", "joint - ensemble", "joint A_L - C_L",
                    "ensemble A_L - C_L")
-    columns = [dict(zip(*by_depth(records.runs_of(results, fit), field)))
+    columns = [dict(zip(*records.clean_means(records.runs_of(results, fit), field)))
                for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
     for depth in sorted(set(columns[0]) | set(columns[2])):
       joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
@@ -197,44 +168,28 @@ def _ensemble_comparison(results: dict) -> list[str]:
   return lines
 
 
-def selection_records(results: dict | None) -> list[dict]:
-  """Clean softmax top-2 (0, 0) run records that carry selection-error percentiles."""
-  return [r for r in (results or {}).get("runs", [])
-          if r["model"] == "softmax" and (r["task"], r["k"], r["a"], r["b"]) == ("topk", 2, 0, 0)
-          and "selection_error_percentiles" in r and analysis.is_clean(r)]
-
-
-def _selection_percentiles(records: list[dict]) -> tuple[list[str], dict[int, np.ndarray]]:
-  """The percentile keys of `selection_records` and, per depth, the mean over seeds of each."""
-  keys = sorted(records[0]["selection_error_percentiles"], key=float) if records else []
-  return keys, {L: np.mean([[r["selection_error_percentiles"][q] for q in keys]
-                            for r in records if r["depth"] == L], axis=0)
-                for L in sorted({r["depth"] for r in records})}
-
-
 def selection_section(results: dict | None) -> list[str]:
   """Percentiles over contexts of the selection error E_L = |pbar_L - p*|^2 (paper appendix
   D.2), the shallowest against the deepest model, and their difference per percentile."""
   lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
-  records = selection_records(results)
-  if not records:
+  found = records.selection_percentiles(results)
+  if not found:
     return lines + ["Not available (no softmax (0, 0) grid with diagnostics in this run)."]
-  keys, per = _selection_percentiles(records)
+  per = found["by_depth"]
   shallow, deep = min(per), max(per)
-  lines += [f"Percentiles over {records[0]['diagnostic_contexts']} evaluation contexts, means "
-            "over seeds.", ""]
+  lines += [f"Percentiles over {found['contexts']} evaluation contexts, means over seeds.", ""]
   lines += table("percentile", f"L={shallow}", f"L={deep}", f"L={deep} - L={shallow}")
   lines += [row(q, f"{per[shallow][i]:.4f}", f"{per[deep][i]:.4f}",
-                f"{per[deep][i] - per[shallow][i]:+.4f}") for i, q in enumerate(keys)]
+                f"{per[deep][i] - per[shallow][i]:+.4f}") for i, q in enumerate(found["keys"])]
   return lines + ["", "![selection error](figures/selection_error.png)"]
 
 
 def plot_selection(results: dict, path: str) -> None:
   """Selection-error percentiles per depth (softmax (0, 0)), means over seeds."""
-  keys, per = _selection_percentiles(selection_records(results))
+  found = records.selection_percentiles(results)
   fig, ax = plt.subplots(figsize=(5.5, 4))
-  for L, values in per.items():
-    ax.plot([float(q) for q in keys], values, "o-", ms=3, label=f"L={L}")
+  for L, values in found["by_depth"].items():
+    ax.plot([float(q) for q in found["keys"]], values, "o-", ms=3, label=f"L={L}")
   ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
   ax.legend(fontsize=7)
   save_figure(fig, path)
@@ -298,8 +253,8 @@ def _window_fits(results: dict) -> list[str]:
 def _stationarity_section(results: dict) -> list[str]:
   """Per model with an averaging window: the time-averaged loss and its error over time, the
   final iterate's, and the stationarity test (analysis.stationarity)."""
-  records = [r for r in results["runs"] if "stationarity" in r]
-  if not records:
+  windowed = [r for r in results["runs"] if "stationarity" in r]
+  if not windowed:
     return []
   config = results["config"]
   first_step = config["max_steps"] - (config["stationary_evals"] - 1) * config["eval_every"]
@@ -311,7 +266,7 @@ def _stationarity_section(results: dict) -> list[str]:
            f"{config['stationarity_z']:g} standard errors of no change.", ""]
   lines += table("model", "L", "seed", "R (time average)", "se over time", "final iterate",
                  "first half -> second half", "halves (se)", "slope (se)", "stationary")
-  for r in sorted(records, key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
+  for r in sorted(windowed, key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
     window = r["stationarity"]
     lines.append(row(f"{r['model']} {r['a']:g},{r['b']:g}", r["depth"], r["seed"],
                      f"{r['eval_loss']:.4f}", f"{window['se']:.4f}",
@@ -405,182 +360,11 @@ def write_report(workdir: str) -> str:
                 + ", ".join(f"depth {e['depth']} seed {e['seed']} at step {e['step']}"
                             for e in fit["excluded_diverged"]) + "."]
   lines += _stationarity_section(results)
-  if selection_records(results):
+  if records.selection_percentiles(results):
     plot_selection(results, os.path.join(workdir, "figures", "selection_error.png"))
     lines += [""] + selection_section(results)
   lines += ["", "## Figures", "", "![depth scaling](figures/depth_scaling.png)", "",
             "![decomposition](figures/decomposition.png)", ""]
   path = os.path.join(workdir, "report.md")
-  write_text_atomic(path, "\n".join(lines))
-  return path
-
-
-def _excess_text(entry: dict) -> str:
-  """An excess over the full mixture with its paired se; float round-off prints as 0."""
-  if abs(entry["excess"]) < 1e-12:
-    return "0"
-  return pm(entry, "excess", ".2g", ".1g")
-
-
-def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
-  """One row per spectrum: the depth-L optima in `field` of each bound (average_by_layers or
-  mixture_by_layers), the full mixture, the fall from L = 1 to 2 and the excess at the
-  deepest L; then a sentence, from the numbers, on the depth from which every optimum stays
-  at the full mixture (checks.settled_depth)."""
-  bounds = results["bounds"]
-  max_layers = len(bounds[0][field])
-  lines = table("(a, b)", "paper Table 1 L0",
-                *(f"{label} {L}" for L in range(1, max_layers + 1)), "full mixture",
-                "L = 1 -> 2", f"excess at {label} {max_layers}", "its temperatures")
-  falls, settled_from = [], []
-  for bound in bounds:
-    by_layers = bound[field]
-    falls.append(1 - by_layers[1]["loss"] / by_layers[0]["loss"])
-    settled_from.append(checks_lib.settled_depth(by_layers, bound["mixture"]))
-    target = paper.table1_floor("softmax", "topk", results["sizes"]["k"], bound["a"], bound["b"])
-    lines.append(row(spectrum(bound), value_or_dash(target),
-                     *(f"{entry['loss']:.4f}" for entry in by_layers), pm(bound, "mixture", ".4f"),
-                     f"{-100 * falls[-1]:.1f}%", _excess_text(by_layers[-1]),
-                     ", ".join(f"{t:.3g}" for t in by_layers[-1]["temperatures"])))
-  settled = [L for L in settled_from if L is not None]
-  positive_gains = all(entry["weights"] and min(entry["weights"]) > 0
-                       for bound in bounds for entry in bound[field])
-  saturation = f"{100 * checks_lib.SATURATION_FRACTION:g}% of the loss"
-  summary = (f"From one layer to two the optimum falls by {100 * min(falls):.1f}-"
-             f"{100 * max(falls):.1f}%. ")
-  if len(settled) < len(bounds):
-    summary += (f"For {len(bounds) - len(settled)} of {len(bounds)} spectra it is still above "
-                f"the full mixture at L = {max_layers} (beyond 2 paired standard errors and "
-                f"{saturation}): deeper optima still improve there.")
-  elif positive_gains:
-    summary += (f"From L = {max(settled)} on it stays at the full mixture (excess within 2 "
-                f"paired standard errors or {saturation}) for every spectrum; with every gain "
-                "positive no depth goes below the full mixture, so deeper optima gain at most "
-                "that excess: a drop within the first layers, not a floor approached like 1/L.")
-  else:
-    summary += (f"From L = {max(settled)} on it stays at the full mixture for every spectrum, "
-                "but some gains are negative, so the full (nonnegative) mixture does not bound "
-                "deeper optima.")
-  return lines + ["", summary]
-
-
-def write_cosine_mixture_report(workdir: str) -> str:
-  """report.md of experiments/cosine_mixtures.py from workdir/results.json alone: per spectrum,
-  the best equal-weight average of L cosine-attention layers and the best mixture of at most
-  L (`theory.softmax_bound`'s average_by_layers, mixture_by_layers) beside the full mixture
-  and the paper's floor; returns its path."""
-  with open(os.path.join(workdir, "results.json")) as f:
-    results = json.load(f)
-  sizes, first = results["sizes"], results["bounds"][0]
-  lines = ["# The best L cosine-attention layers", "",
-           f"Theory only (no training): d = {sizes['d']}, P = {sizes['P']}, top-{sizes['k']}, "
-           f"{results['num_samples']} Monte Carlo contexts per spectrum, "
-           f"{len(first['temperatures'])} temperatures from {min(first['temperatures']):g} to "
-           f"{max(first['temperatures']):g}; {results['wall_time_s']:.0f} s. Each layer weights "
-           "the context by softmax(temperature x cosine) exactly; L = 1 is the best single "
-           "layer. Excess: the loss minus the full nonnegative mixture over the grid on the "
-           "same contexts, with its paired standard error.", "",
-           "## Equal-weight averages with one gain: the controlled model", "",
-           "y_hat = g (1/L) sum_l p_l . y with every layer scoring by cosine at a grid "
-           "temperature (repeats allowed), exhaustive over the temperatures. Each layer has "
-           "weight 1/L, so L + 1 layers cannot always copy L (the loss can rise by a little "
-           "from L to L + 1); 2L layers can always copy L.", ""]
-  lines += _by_layers_table(results, "average_by_layers", "L =")
-  lines += ["", "## Mixtures of at most L layers with free nonnegative gains", "",
-            "sum_l w_l p_l . y with w >= 0 (a special case of per-layer value matrices, C.2, "
-            "whose gains take either sign), exhaustive over supports; a lower bound on the "
-            "equal-weight average of L whenever its gain is positive.", ""]
-  lines += _by_layers_table(results, "mixture_by_layers", "L <=")
-  path = os.path.join(workdir, "report.md")
-  write_text_atomic(path, "\n".join(lines) + "\n")
-  return path
-
-
-def _steps_text(steps: list[int]) -> str:
-  return str(steps[0]) if min(steps) == max(steps) else f"{min(steps)}..{max(steps)}"
-
-
-def write_longer_training_report(short_dir: str, long_dir: str) -> str:
-  """long_dir/longer_training.md and figures/longer_training.png from the two runs'
-  results.json alone: per grid and depth, the change in R_L when the same models train for
-  the longer schedule (`analysis.longer_training_changes`), a sign test over the grid, and
-  both curves' fits over the paired models; returns the report's path. Raises ValueError
-  when the configs differ in more than records.SCHEDULE_COMPARISON_FIELDS or share no clean
-  model. A field only one config records (added to the code between the two runs) is listed
-  in the report, not checked: the older run ran with that field's default."""
-  short, long = read_results(short_dir), read_results(long_dir)
-  differing, unrecorded = records.config_differences(short["config"], long["config"])
-  other = [text for field, text in differing.items()
-           if field not in records.SCHEDULE_COMPARISON_FIELDS]
-  if other:
-    raise ValueError(f"{short_dir} and {long_dir} differ in more than the schedule's length "
-                     f"(allowed: {', '.join(records.SCHEDULE_COMPARISON_FIELDS)}): "
-                     f"{'; '.join(other)}")
-  changes = analysis.longer_training_changes(short["runs"], long["runs"])
-  if not changes:
-    raise ValueError(f"{short_dir} and {long_dir} share no clean model (paired by "
-                     f"{', '.join(analysis.PAIRING_FIELDS)})")
-  unpaired_short, unpaired_long = analysis.unpaired_models(short["runs"], long["runs"])
-  num_lower = sum(c["num_lower"] for c in changes)
-  num_models = sum(len(c["changes"]) for c in changes)
-  t_quantiles = sorted({f"{c['t_critical']:.2f} at {len(c['changes'])} seeds"
-                        for c in changes if len(c["changes"]) > 1})
-  rows_by_grid: dict[tuple, list[dict]] = {}
-  for c in changes:
-    rows_by_grid.setdefault(tuple(c.get(f) for f in analysis.GRID_FIELDS), []).append(c)
-  lines = ["# Trained longer: does the depth curve move?", "",
-           f"The same models (paired by {', '.join(analysis.PAIRING_FIELDS)}) from `{short_dir}` "
-           f"and `{long_dir}`, on the same held-out contexts: {num_models} pairs; "
-           f"{unpaired_short} clean models of the short run and {unpaired_long} of the long "
-           "run have no partner. Config fields that differ: "
-           + ("; ".join(differing.values()) if differing else "none")
-           + (f" (recorded by one run only: {', '.join(unrecorded)})" if unrecorded else "")
-           + ". A depth's change is resolved when the seeds agree on it: |mean| > t x se, with "
-           "t the two-sided 95% Student quantile on (seeds - 1) degrees of freedom ("
-           + ", ".join(t_quantiles) + "). A resolved change means the shorter schedule had "
-           "not converged at that depth, whatever its convergence rule said; an unresolved "
-           "one is not proof that it had.", "",
-           f"**{num_lower} of {num_models} models end lower** after the longer schedule "
-           "(two-sided sign test against no change: "
-           f"p = {analysis.sign_test(num_lower, num_models):.2g})."]
-  fig, ax = plt.subplots(figsize=(6, 4.5))
-  for i, (grid, rows) in enumerate(sorted(rows_by_grid.items())):
-    grid = dict(zip(analysis.GRID_FIELDS, grid))
-    label, depths = records.grid_label(grid), [c["depth"] for c in rows]
-    lines += ["", f"## {label}", ""]
-    lines += table("L", "seeds", "steps (short -> long)", "R_L short", "R_L long",
-                   "change per seed", "mean change +- se", "seeds lower", "resolved")
-    for c in rows:
-      se_text = (f"{100 * c['mean_change_se'] / c['short_loss']:.2f}%"
-                 if np.isfinite(c["mean_change_se"]) else "n/a (one seed)")
-      lines.append(row(c["depth"], len(c["seeds"]), f"{_steps_text(c['short_steps'])} -> "
-                       f"{_steps_text(c['long_steps'])}", f"{c['short_loss']:.4f}",
-                       f"{c['long_loss']:.4f}", ", ".join(f"{x:+.4f}" for x in c["changes"]),
-                       f"{100 * c['relative_change']:+.2f}% +- {se_text}",
-                       f"{c['num_lower']}/{len(c['changes'])}", "yes" if c["resolved"] else "no"))
-    moved = [c for c in rows if c["resolved"]]
-    if moved:
-      largest = max(moved, key=lambda c: abs(c["relative_change"]))
-      lines += ["", f"Resolved at {len(moved)} of {len(rows)} depths "
-                f"({[c['depth'] for c in moved]}); the largest of those is "
-                f"{100 * largest['relative_change']:+.2f}% at L = {largest['depth']}."]
-    else:
-      lines += ["", "No depth's change is resolved at these seeds."]
-    for name in ("short", "long") if len(rows) >= 3 else ():
-      fit = analysis.fit_depth_scaling(depths, [c[f"{name}_loss"] for c in rows],
-                                       fit_floor=grid["task"] == "topk")
-      lines.append(f"- fit of the {name} run over the paired models: " + (
-          f"L0 = {pm(fit, 'L0')}, alpha = {pm(fit, 'alpha', '.3f', '.3f')}, R^2 = "
-          f"{fit['r2']:.4f}" if fit["resolved"] else fit["verdict"]))
-    for name, style, mfc in (("short", "o--", "none"), ("long", "o-", None)):
-      ax.plot(depths, [c[f"{name}_loss"] for c in rows], style, color=f"C{i}", mfc=mfc,
-              label=f"{label}, {max(rows[0][name + '_steps'])} steps")
-  ax.set(xscale="log", yscale="log", xlabel="depth L",
-         ylabel="held-out loss R_L (mean over paired seeds)")
-  ax.legend(fontsize=7)
-  os.makedirs(os.path.join(long_dir, "figures"), exist_ok=True)
-  save_figure(fig, os.path.join(long_dir, "figures", "longer_training.png"))
-  lines += ["", "![longer training](figures/longer_training.png)", ""]
-  path = os.path.join(long_dir, "longer_training.md")
   write_text_atomic(path, "\n".join(lines))
   return path
