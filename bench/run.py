@@ -175,15 +175,19 @@ def _profile(timer: harness.ChunkTimer, repeats: int) -> dict:
   batch = sample(state.step)
 
   def loss(params, batch):
-    return grid_losses(trainer._layer_predictions, params, batch, trainer.layout).sum()
+    def layer_predictions(p, batch, layout):
+      return trainer.module.apply({"params": p}, batch)
+    return grid_losses(layer_predictions, params, batch, trainer.layout).sum()
 
   forward = jax.jit(loss)
   gradient = jax.jit(jax.grad(loss))
   grads = gradient(state.params, batch)
-  adam = jax.jit(trainer.optimizer.update)
+  adam = jax.jit(lambda grads, opt_state, params, losses_SM: trainer.optimizer.update(
+      grads, opt_state, params, losses_SM=losses_SM))  # the whole optax chain, freezing included
+  losses_SM = jnp.zeros(state.converged_SM.shape, jnp.float32)
   parts = dict(sampler=(sample, (state.step,)), forward=(forward, (state.params, batch)),
                loss_and_grad=(gradient, (state.params, batch)),
-               adam=(adam, (grads, state.opt_state, state.params)))
+               adam=(adam, (grads, state.opt_state, state.params, losses_SM)))
   out = {}
   for name, (fn, args) in parts.items():
     jax.block_until_ready(fn(*args))

@@ -188,25 +188,35 @@ def model_key(root_key: jax.Array, seed: int, depth: int, member: int = 0) -> ja
   """The init key of model (seed, depth): independent of the rest of the grid. `member`
   numbers the models of equal depth in one layout (an ensemble of one-layer models); member
   0 is the model a grid with unique depths holds."""
-  key = jax.random.fold_in(jax.random.fold_in(root_key, seed), depth)
+  return member_key(jax.random.fold_in(root_key, seed), depth, member)
+
+
+def member_key(replicate_key: jax.Array, depth: int, member: int = 0) -> jax.Array:
+  """The init key of the model (depth, member) of one replicate, from the replicate's key
+  fold_in(root_key, seed) (`model_key`)."""
+  key = jax.random.fold_in(replicate_key, depth)
   return jax.random.fold_in(key, member) if member else key
+
+
+def init_replicate(replicate_key: jax.Array, layout: GridLayout, *, d: int, N: int,
+                   scales: InitScales, model: str = "softmax") -> Params:
+  """Parameters of one replicate's models of kind `model`: model leaves [M, ...], layer leaves
+  [T, ...] (each model drawn from `member_key`)."""
+  members = [layout.depths[:m].count(depth) for m, depth in enumerate(layout.depths)]
+  models = [init_model(member_key(replicate_key, depth, member), depth, d=d, N=N,
+                       scales=scales, model=model)
+            for depth, member in zip(layout.depths, members)]
+  return {"model": jax.tree.map(lambda *xs: jnp.stack(xs), *[m for m, _ in models]),
+          "layer": jax.tree.map(lambda *xs: jnp.concatenate(xs), *[l for _, l in models])}
 
 
 def init_grid(root_key: jax.Array, layout: GridLayout, seeds: tuple[int, ...], *, d: int,
               N: int, scales: InitScales, model: str = "softmax") -> Params:
   """Parameters of all (seed, depth) models of kind `model`: model leaves [S, M, ...], layer
-  leaves [S, T, ...]."""
-  members = [layout.depths[:m].count(depth) for m, depth in enumerate(layout.depths)]
-  per_seed = []
-  for seed in seeds:
-    models = [init_model(model_key(root_key, seed, depth, member), depth, d=d, N=N,
-                         scales=scales, model=model)
-              for depth, member in zip(layout.depths, members)]
-    per_seed.append({
-        "model": jax.tree.map(lambda *xs: jnp.stack(xs), *[m for m, _ in models]),
-        "layer": jax.tree.map(lambda *xs: jnp.concatenate(xs), *[l for _, l in models]),
-    })
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *per_seed)
+  leaves [S, T, ...] (`init_replicate` of fold_in(root_key, seed) per seed)."""
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *[
+      init_replicate(jax.random.fold_in(root_key, seed), layout, d=d, N=N, scales=scales,
+                     model=model) for seed in seeds])
 
 
 def per_model_tree(tree: Any, layout: GridLayout, per_model_values_SM: jax.Array) -> Any:

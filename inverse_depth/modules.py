@@ -1,10 +1,21 @@
-"""Every model kind as a Flax module for one model, written token by token as the paper states
-it (docs/models.md): the reference form a user can `init` and `apply` as a pure function.
+"""Every model kind as a Flax module: `PackedModels`, the module that initialises and trains,
+and `AttentionModel`, the paper's token-by-token form of one model that checks it.
 
-Training does not use these modules: a grid trains many models at once through the packed
-layer layout and the per-kind fast forms of inverse_depth/models/ (`LAYER_PREDICTIONS`),
-which never build the (P+1) x (P+1) attention matrix. tests/test_modules.py checks that the
-two agree to float tolerance on every kind.
+`PackedModels(kind, layout, d, N, scales)` holds one replicate's grid: the models of depths
+`layout.depths`, per-model leaves stacked along M and per-layer leaves packed along T
+(inverse_depth/grid.py), so one process trains a whole depth grid. `init_replicate(key)` is
+`module.init` and draws exactly what grid.init_replicate draws; `apply` is a pure function
+of those variables to the layer predictors f_l [T, B] through the per-kind fast forms of
+inverse_depth/models/. The trainer (train.py) vmaps `apply` over replicates (the (spectrum,
+rate, seed) axis S), so this module is what trains. One model is the same module at one
+depth: `PackedModels(kind, GridLayout((L,)), d, N)`.
+
+`AttentionModel` is kept beside it as an independent derivation: it builds the (P+1) x
+(P+1) attention of every layer token by token as the paper states it (docs/models.md), and
+tests/test_modules.py and the final evaluation (`evaluation.py`: z_L of the forward pass)
+compare the fast forms against it; making it a view of the packed module would make that
+comparison circular. It has no initialiser of its own: its variables are one model's
+leaves of a PackedModels (`variables`).
 
 One step of every kind, with tokens as the P + 1 columns of X = [x_1 .. x_P, x_test] and
 y_in = (y_1 .. y_P, 0):
@@ -25,7 +36,7 @@ so the prediction z_L is the mean of the layer predictors f_l. A_l by kind:
 - single_stream: one stream H^0 = W_x X + W_y y_in^T replaces H_x and H_y: queries and keys
   read LN(H^{l-1}), values W_v H^{l-1}, mask M(0); z_0 = W_o W_x x_test.
 
-Parameters are the grid's leaves of one model (grid.init_model): {"model": {W_x, W_y, W_v,
+AttentionModel's parameters are the grid's leaves of one model: {"model": {W_x, W_y, W_v,
 W_o[, m]}, "layer": {W_q, W_k[, W_v]} with a leading depth axis}, so a model taken out of a
 trained grid (`GridLayout.model_params`) applies as is.
 """
@@ -36,39 +47,112 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inverse_depth.grid import InitScales, init_model
-from inverse_depth.models import MODELS
+from inverse_depth import models
+from inverse_depth.grid import GridLayout, InitScales, Params, init_replicate
 from inverse_depth.models.softmax import layer_norm
 from inverse_depth.tasks import Batch
 
 
+def _check_kind(kind: str) -> None:
+  if kind not in models.MODELS:
+    raise ValueError(f"kind={kind!r}; allowed {', '.join(models.MODELS)}")
+
+
+def _check_batch(batch: Batch) -> None:
+  chex.assert_rank([batch.x_context_BPD, batch.y_context_BP, batch.x_test_BD], [3, 2, 2])
+  chex.assert_equal_shape_prefix([batch.x_context_BPD, batch.y_context_BP, batch.x_test_BD], 1)
+
+
+class PackedModels(nn.Module):
+  """One replicate's models of kind `kind` at depths `layout.depths`, layers packed along T.
+
+  Variables {"params": {"model": {leaf: [M, ...]}, "layer": {leaf: [T, ...]}}}. `__call__`
+  gives the layer predictors f_l [T, B] (a model's prediction is the mean of its own f_l,
+  `layout.model_mean`); `features` and `predict` split it into the part that does not depend
+  on the contexts and the rest (models.SPLIT_PREDICTIONS; the trainer runs `predict` block by
+  block); `test_attention` gives every layer's query row p_l [T, B, P] and
+  `context_attention` the first layer's context softmax S_1 [M, B, P, P], for the kinds that
+  have them (models.TEST_ATTENTION, models.CONTEXT_ATTENTION).
+  """
+  kind: str
+  layout: GridLayout
+  d: int
+  N: int
+  scales: InitScales = InitScales()
+
+  @nn.compact
+  def parameters(self, replicate_key: jax.Array | None = None) -> Params:
+    """The parameters; at `init`, drawn from `replicate_key` = fold_in(root_key, seed) as
+    grid.init_replicate draws them. The key is an argument and not Flax's rng stream because
+    a model's start depends only on (root key, seed, depth, member) (grid.model_key), which
+    keys derived by Flax could not reproduce."""
+    _check_kind(self.kind)
+    drawn = {}
+
+    def draw(part):
+      if not drawn:
+        drawn.update(init_replicate(replicate_key, self.layout, d=self.d, N=self.N,
+                                    scales=self.scales, model=self.kind))
+      return drawn[part]
+
+    params = {part: self.variable("params", part, draw, part).value
+              for part in ("model", "layer")}
+    chex.assert_tree_shape_prefix(params["model"], (self.layout.num_models,))
+    chex.assert_tree_shape_prefix(params["layer"], (self.layout.total_layers,))
+    return params
+
+  def init_replicate(self, replicate_key: jax.Array) -> dict:
+    """`init`: the variables of the replicate whose key is `replicate_key`."""
+    return self.init({}, replicate_key, method=PackedModels.parameters)
+
+  def __call__(self, batch: Batch) -> jax.Array:
+    """f_l of every packed layer: [T, B]."""
+    _check_batch(batch)
+    predictions_TB = models.LAYER_PREDICTIONS[self.kind](self.parameters(), batch, self.layout)
+    chex.assert_shape(predictions_TB, (self.layout.total_layers, batch.x_test_BD.shape[0]))
+    return predictions_TB
+
+  def features(self):
+    """What the predictors need from the parameters alone (models.SPLIT_PREDICTIONS)."""
+    return models.SPLIT_PREDICTIONS[self.kind][0](self.parameters(), self.layout)
+
+  def predict(self, features, batch: Batch) -> jax.Array:
+    """f_l of every packed layer from `features`: [T, B]; reads no variables."""
+    _check_batch(batch)
+    predictions_TB = models.SPLIT_PREDICTIONS[self.kind][1](features, batch, self.layout)
+    chex.assert_shape(predictions_TB, (self.layout.total_layers, batch.x_test_BD.shape[0]))
+    return predictions_TB
+
+  def test_attention(self, batch: Batch) -> jax.Array:
+    """Query rows p_l of every packed layer: [T, B, P]."""
+    _check_batch(batch)
+    return models.TEST_ATTENTION[self.kind](self.parameters(), batch, self.layout)
+
+  def context_attention(self, batch: Batch) -> jax.Array:
+    """The first layer's context-to-context softmax S_1 of every model: [M, B, P, P]."""
+    _check_batch(batch)
+    return models.CONTEXT_ATTENTION[self.kind](self.parameters(), batch, self.layout)
+
+
 class AttentionModel(nn.Module):
-  """One model of kind `kind` with `depth` layers. `__call__(batch)` returns the layer
-  predictors f_l, [depth, B], whose mean over layers is the model's prediction;
+  """One model of kind `kind` with `depth` layers, token by token. `__call__(batch)` returns
+  the layer predictors f_l, [depth, B], whose mean over layers is the model's prediction;
   `__call__(batch, readout=True)` returns that prediction as the forward pass makes it, the
-  query's readout z_L of the last stream, [B]."""
+  query's readout z_L of the last stream, [B]. Apply only: the variables are one model's
+  leaves of a `PackedModels` (`variables`)."""
   kind: str
   depth: int
   d: int
   N: int
   loop_group: int = 0  # looped only: layers per group of tied W_q, W_k (0: all layers)
-  scales: InitScales = InitScales()
 
-  def _init_leaves(self) -> tuple[dict, dict] | tuple[None, None]:
-    """The grid's initialisation of this model (grid.init_model), drawn once at `init`."""
-    if not self.is_initializing():
-      return None, None
-    return init_model(self.make_rng("params"), self.depth, d=self.d, N=self.N,
-                      scales=self.scales, model=self.kind)
-
-  @nn.compact
   def __call__(self, batch: Batch, readout: bool = False) -> jax.Array:
-    if self.kind not in MODELS:
-      raise ValueError(f"AttentionModel.kind={self.kind!r}; allowed {', '.join(MODELS)}")
-    model_init, layer_init = self._init_leaves()
-    model = self.param("model", lambda _: model_init)
-    layer = self.param("layer", lambda _: layer_init)
-    chex.assert_rank([batch.x_context_BPD, batch.y_context_BP, batch.x_test_BD], [3, 2, 2])
+    _check_kind(self.kind)
+    model, layer = (self.get_variable("params", part) for part in ("model", "layer"))
+    if model is None:
+      raise ValueError("AttentionModel has no initialiser: apply it to `variables(...)` of a "
+                       "PackedModels model (PackedModels.init_replicate)")
+    _check_batch(batch)
     chex.assert_tree_shape_prefix(layer, (self.depth,))
     tokens_BDQ = jnp.concatenate([batch.x_context_BPD, batch.x_test_BD[:, None]],
                                  axis=1).transpose(0, 2, 1)  # Q = P + 1 tokens, query last

@@ -1,10 +1,13 @@
 """Training a whole grid of (seed, depth) models in one jit-compiled step.
 
-State is one pytree (`TrainState`); `train_chunk` runs `eval_every` pure
-train steps inside one compiled call with the state donated. Every model's
-optimisation is independent: the loss summed over the grid has per-model
-gradients equal to each model's own, Adam is element-wise, and the per-model
-learning-rate scale and freeze mask only touch that model's leaves.
+What trains is the Flax module of the model kind, `modules.PackedModels`: its variables are
+one replicate's packed depth grid, made by `module.init` (`init_replicate`), and the step
+vmaps its pure `apply` over the replicates S. State is one pytree (`TrainState`);
+`train_chunk` runs `eval_every` pure train steps inside one compiled call with the state
+donated. Every model's optimisation is independent: the loss summed over the grid has
+per-model gradients equal to each model's own, Adam is element-wise, and the per-model
+learning-rate scale and freezing are optax transformations in the chain
+(`make_grid_optimizer`, inverse_depth/per_model.py) that only touch that model's leaves.
 
 Randomness: the training batch of seed s at step t is sampled on device from
 fold_in(fold_in(data_key, s), t), so a resumed run replays the same stream
@@ -55,6 +58,7 @@ import dataclasses
 import time
 from typing import Callable, Iterator
 
+import chex
 import flax
 import jax
 import jax.numpy as jnp
@@ -62,9 +66,10 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from inverse_depth import tasks, trajectory
-from inverse_depth.grid import GridLayout, InitScales, Params, init_grid, per_model_tree
-from inverse_depth.models import LAYER_PREDICTIONS, SPLIT_PREDICTIONS, TEST_ATTENTION
+from inverse_depth import per_model, tasks, trajectory
+from inverse_depth.grid import GridLayout, InitScales, Params
+from inverse_depth.models import TEST_ATTENTION
+from inverse_depth.modules import PackedModels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +126,7 @@ SCHEDULES = ("stall_decay", "constant", "cosine")
 class TrainState:
   step: jax.Array  # scalar int32: steps taken by the grid
   params: Params  # model leaves [S, M, ...], layer leaves [S, T, ...]
-  opt_state: optax.OptState
-  lr_scale_SM: jax.Array  # per-model multiplier of the learning rate
+  opt_state: per_model.FreezeState  # make_grid_optimizer's: rate scale and frozen models
   best_val_loss_SM: jax.Array
   evals_since_best_SM: jax.Array
   num_lr_decays_SM: jax.Array
@@ -134,6 +138,11 @@ class TrainState:
   @property
   def active_SM(self) -> jax.Array:
     return ~(self.converged_SM | self.diverged_SM)
+
+  @property
+  def lr_scale_SM(self) -> jax.Array:
+    """The per-model multiplier of the learning rate (per_model.scale_by_model_rate)."""
+    return optax.tree_utils.tree_get(self.opt_state, "rate_scale_SM")
 
 
 def learning_rate_schedule(settings: TrainSettings) -> optax.Schedule:
@@ -157,6 +166,21 @@ def make_optimizer(settings: TrainSettings) -> optax.GradientTransformation:
   if settings.optimizer == "sgd":
     return optax.sgd(schedule, momentum=settings.momentum)
   return optax.adam(schedule)
+
+
+def make_grid_optimizer(settings: TrainSettings, layout: GridLayout,
+                        initial_rate_scale_SM: np.ndarray,
+                        initial_frozen_SM: np.ndarray) -> optax.GradientTransformationExtraArgs:
+  """`make_optimizer`, then each model's rate scale (per_model.scale_by_model_rate), the
+  depth scaling of layer updates and the fixed |W_x| when the settings ask for them, all
+  inside per_model.freeze_models: frozen and diverging models get no update."""
+  chain = [make_optimizer(settings), per_model.scale_by_model_rate(layout, initial_rate_scale_SM)]
+  if settings.depth_scaled_layer_lr:
+    chain.append(per_model.scale_layers_by_depth(layout))
+  if settings.fixed_input_norm:
+    chain.append(per_model.keep_input_norm())
+  return per_model.freeze_models(optax.chain(*chain), layout, initial_frozen_SM,
+                                 settings.divergence_loss)
 
 
 def grid_losses(layer_predictions: Callable, params: Params, batch_S: tasks.Batch,
@@ -189,22 +213,23 @@ def block_size(batch_size: int, microbatch_size: int, model: str,
   return max(n for n in range(1, min(microbatch_size, batch_size) + 1) if batch_size % n == 0)
 
 
-def blocked_grid_gradient(split, params: Params, batch_S: tasks.Batch, layout: GridLayout,
+def blocked_grid_gradient(module: PackedModels, params: Params, batch_S: tasks.Batch,
                           contexts_per_block: int) -> tuple[Params, jax.Array]:
   """Gradient of the grid loss sum_{s,m} R_sm, and the losses R [S, M], block by block.
 
   R_sm = (1/B) sum_b (y_hat_b - y*_b)^2 is a sum over blocks of contexts, so its gradient is
-  the sum of the blocks' gradients (the whole batch's up to summation order). `split` is the
-  kind's (features, predict) (models.SPLIT_PREDICTIONS): the features are computed once, each
-  block's gradient is taken with respect to them inside a `lax.scan` that accumulates it,
-  and the sum is pulled back to the parameters once. A block's [T, block, P] intermediates
-  are small enough to stay in cache, where the whole batch's went to main memory
-  (bench/README.md: block size and speed-up measured).
+  the sum of the blocks' gradients (the whole batch's up to summation order). The module's
+  `features` (the part of the model that does not depend on the contexts) are computed once
+  per replicate, each block's gradient of its `predict` is taken with respect to them inside
+  a `lax.scan` that accumulates it, and the sum is pulled back to the parameters once. A
+  block's [T, block, P] intermediates are small enough to stay in cache, where the whole
+  batch's went to main memory (bench/README.md: block size and speed-up measured).
   """
-  features_fn, predict = split
+  layout = module.layout
   batch_size = batch_S.target_B.shape[1]
   num_blocks = batch_size // contexts_per_block
-  features_S, pull_back = jax.vjp(jax.vmap(lambda p: features_fn(p, layout)), params)
+  features_S, pull_back = jax.vjp(
+      jax.vmap(lambda p: module.apply({"params": p}, method=PackedModels.features)), params)
   blocks = jax.tree.map(  # [num_blocks, S, contexts_per_block, ...]
       lambda x: jnp.swapaxes(x.reshape((x.shape[0], num_blocks, contexts_per_block)
                                        + x.shape[2:]), 0, 1), batch_S)
@@ -212,7 +237,8 @@ def blocked_grid_gradient(split, params: Params, batch_S: tasks.Batch, layout: G
   def block_losses(features_S, block_S):
     """Each model's share of its loss from one block: [S, M]."""
     def one_seed(features, block):
-      predictions_MB = layout.model_mean(predict(features, block, layout))
+      predictions_TB = module.apply({}, features, block, method=PackedModels.predict)
+      predictions_MB = layout.model_mean(predictions_TB)
       return jnp.sum((predictions_MB - block.target_B[None]) ** 2, axis=-1) / batch_size
     losses_SM = jax.vmap(one_seed)(features_S, block_S)
     return losses_SM.sum(), losses_SM
@@ -227,28 +253,7 @@ def blocked_grid_gradient(split, params: Params, batch_S: tasks.Batch, layout: G
   return pull_back(feature_grads)[0], losses_SM
 
 
-def _finite_per_model(tree: Params, layout: GridLayout) -> jax.Array:
-  """True for models all of whose parameters are finite: [S, M]."""
-  finite_SM = jnp.ones(jax.tree.leaves(tree["model"])[0].shape[:2], bool)
-  for leaf in jax.tree.leaves(tree["model"]):
-    finite_SM &= jnp.isfinite(leaf).reshape(leaf.shape[:2] + (-1,)).all(-1)
-  for leaf in jax.tree.leaves(tree["layer"]):
-    nonfinite_TS = ~jnp.isfinite(leaf).reshape(leaf.shape[:2] + (-1,)).all(-1).T
-    nonfinite_layers_MS = jax.ops.segment_sum(
-        nonfinite_TS.astype(jnp.int32), layout.layer_model_index,
-        num_segments=layout.num_models, indices_are_sorted=True)
-    finite_SM &= nonfinite_layers_MS.T == 0
-  return finite_SM
-
-
 LAYER_AXIS = "layers"
-
-
-def _with_norm_of(W_x_SMND: jax.Array, reference_SMND: jax.Array) -> jax.Array:
-  """W_x rescaled, per model, to the Frobenius norm of `reference`."""
-  norm_SM11 = jnp.sqrt((W_x_SMND ** 2).sum(axis=(-2, -1), keepdims=True))
-  reference_SM11 = jnp.sqrt((reference_SMND ** 2).sum(axis=(-2, -1), keepdims=True))
-  return W_x_SMND * (reference_SM11 / norm_SM11)
 
 
 def default_mesh() -> Mesh:
@@ -291,14 +296,19 @@ class GridTrainer:
     self.replicate_spectrum = np.repeat([j for j, _ in self.groups], len(self.seeds))
     self.replicate_rate_factor = np.repeat([f for _, f in self.groups], len(self.seeds))
     self.replicate_seed = np.tile(np.asarray(self.seeds), len(self.groups))
-    self._attention = TEST_ATTENTION.get(model)
     self.settings = settings
     self.N = N
     self.init_scales = init_scales
     self.init_key = init_key
     self.data_key = data_key
-    self.optimizer = make_optimizer(settings)
-    self._layer_predictions = LAYER_PREDICTIONS[model]
+    self.module = PackedModels(model, self.layout, d=problem.d, N=N, scales=init_scales)
+    shape = (len(self.replicate_seed), self.layout.num_models)
+    self.optimizer = make_grid_optimizer(
+        settings, self.layout,
+        initial_rate_scale_SM=np.broadcast_to(
+            np.asarray(self.replicate_rate_factor, np.float32)[:, None], shape),
+        # a padding model is frozen from the start
+        initial_frozen_SM=np.broadcast_to(np.arange(shape[1]) >= self.num_models, shape))
     self.replicated = NamedSharding(self.mesh, PartitionSpec())
     self.state_shardings = self._shardings(jax.eval_shape(self._unplaced_init_state))
     self.train_chunk = jax.jit(self._train_chunk, donate_argnums=0,
@@ -307,7 +317,7 @@ class GridTrainer:
     # Replicated outputs: every process reads whole predictions (inverse_depth.hosts).
     self.layer_predictions = jax.jit(self._group_layer_predictions,
                                      out_shardings=self.replicated)
-    self.selected_mass = (None if self._attention is None
+    self.selected_mass = (None if model not in TEST_ATTENTION
                           else jax.jit(self._group_selected_mass, out_shardings=self.replicated))
     self.update_convergence = jax.jit(self._update_convergence, donate_argnums=0,
                                       out_shardings=self.state_shardings)
@@ -325,14 +335,14 @@ class GridTrainer:
     return jax.tree_util.tree_map_with_path(pick, tree)
 
   def _unplaced_init_state(self) -> TrainState:
-    params = init_grid(self.init_key, self.layout, tuple(int(s) for s in self.replicate_seed),
-                       d=self.problem.d, N=self.N, scales=self.init_scales, model=self.model)
+    """The module's `init` for every replicate (fold_in(init_key, seed)), stacked along S."""
+    params = jax.tree.map(lambda *xs: jnp.stack(xs), *[
+        self.module.init_replicate(jax.random.fold_in(self.init_key, int(seed)))["params"]
+        for seed in self.replicate_seed])
     shape = (len(self.replicate_seed), self.layout.num_models)
     is_padding_SM = jnp.broadcast_to(jnp.arange(shape[1]) >= self.num_models, shape)
     return TrainState(  # explicit dtypes: a weakly typed leaf would recompile the 2nd chunk
         step=jnp.zeros((), jnp.int32), params=params, opt_state=self.optimizer.init(params),
-        lr_scale_SM=jnp.broadcast_to(
-            jnp.asarray(self.replicate_rate_factor, jnp.float32)[:, None], shape),
         best_val_loss_SM=jnp.full(shape, jnp.inf, jnp.float32),
         evals_since_best_SM=jnp.zeros(shape, jnp.int32),
         num_lr_decays_SM=jnp.zeros(shape, jnp.int32),
@@ -355,41 +365,30 @@ class GridTrainer:
     keys = jnp.stack([jax.random.fold_in(jax.random.fold_in(self.data_key, int(s)), step)
                       for s in self.replicate_seed])
     spectra = np.asarray(self.problem.spectra, np.float32)[self.replicate_spectrum]
-    return jax.vmap(lambda key, a, b: self.problem.sample(key, self.settings.batch_size, a, b))(
-        keys, spectra[:, 0], spectra[:, 1])
+    batch_S = jax.vmap(lambda key, a, b: self.problem.sample(key, self.settings.batch_size, a,
+                                                             b))(keys, spectra[:, 0], spectra[:, 1])
+    chex.assert_shape(batch_S.x_context_BPD, (len(self.replicate_seed), self.settings.batch_size,
+                                              self.problem.P, self.problem.d))
+    return batch_S
 
   def _gradient(self, params: Params, batch_S: tasks.Batch) -> tuple[Params, jax.Array]:
     """Gradient of the grid loss and the losses [S, M], over blocks of `microbatch_size`
     contexts (`blocked_grid_gradient`)."""
     return blocked_grid_gradient(
-        SPLIT_PREDICTIONS[self.model], params, batch_S, self.layout,
+        self.module, params, batch_S,
         block_size(self.settings.batch_size, self.settings.microbatch_size, self.model))
 
   def _train_step(self, state: TrainState, _) -> tuple[TrainState, jax.Array]:
+    """One step of every model: the optimiser (make_grid_optimizer) freezes a model whose loss
+    or updated parameters are not healthy; that model is marked diverged."""
     grads, losses_SM = self._gradient(state.params, self.training_batch(state.step))
-    updates, new_opt_state = self.optimizer.update(grads, state.opt_state, state.params)
-    updates = jax.tree.map(jnp.multiply, updates,
-                           per_model_tree(updates, self.layout, state.lr_scale_SM))
-    if self.settings.depth_scaled_layer_lr:
-      depths_SM = jnp.broadcast_to(jnp.asarray(self.layout.depths, jnp.float32),
-                                   state.lr_scale_SM.shape)
-      updates["layer"] = jax.tree.map(jnp.multiply, updates["layer"],
-                                      per_model_tree(updates, self.layout, depths_SM)["layer"])
-    new_params = optax.apply_updates(state.params, updates)
-    if self.settings.fixed_input_norm:
-      new_params["model"]["W_x"] = _with_norm_of(new_params["model"]["W_x"],
-                                                 state.params["model"]["W_x"])
-
-    healthy_SM = (jnp.isfinite(losses_SM) & (losses_SM < self.settings.divergence_loss)
-                  & _finite_per_model(new_params, self.layout))
-    newly_diverged_SM = state.active_SM & ~healthy_SM
-    apply_SM = state.active_SM & healthy_SM
-    apply_mask = per_model_tree(state.params, self.layout, apply_SM)
-    params = jax.tree.map(jnp.where, apply_mask, new_params, state.params)
-    opt_mask = optax.tree_map_params(self.optimizer, lambda _, m: m, new_opt_state, apply_mask,
-                                     transform_non_params=lambda _: jnp.ones((), bool))
-    opt_state = jax.tree.map(lambda m, new, old: jnp.where(m, new, old), opt_mask,
-                             new_opt_state, state.opt_state)
+    chex.assert_trees_all_equal_shapes_and_dtypes(grads, state.params)
+    chex.assert_shape(losses_SM, state.converged_SM.shape)
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params,
+                                               losses_SM=losses_SM)
+    params = optax.apply_updates(state.params, updates)
+    apply_SM = ~opt_state.frozen_SM
+    newly_diverged_SM = opt_state.frozen_SM & ~state.opt_state.frozen_SM
     state = state.replace(
         step=state.step + 1, params=params, opt_state=opt_state,
         diverged_SM=state.diverged_SM | newly_diverged_SM,
@@ -415,7 +414,7 @@ class GridTrainer:
                                group: jax.Array) -> jax.Array:
     """f_l of every layer of every model of one group's seeds on one shared batch of that
     group's spectrum: [seeds, T, B]."""
-    return jax.vmap(lambda p: self._layer_predictions(p, batch, self.layout))(
+    return jax.vmap(lambda p: self.module.apply({"params": p}, batch))(
         self.group_params(params, group))
 
   def _group_selected_mass(self, params: Params, batch: tasks.Batch,
@@ -425,7 +424,8 @@ class GridTrainer:
     selected_BK = tasks.selected_indices(batch, self.problem.num_selected)
 
     def per_seed(p):
-      attention_TBP = self._attention(p, batch, self.layout)
+      attention_TBP = self.module.apply({"params": p}, batch,
+                                        method=PackedModels.test_attention)
       mass_TB = jnp.take_along_axis(attention_TBP, selected_BK[None], axis=-1).sum(-1)
       return self.layout.model_mean(mass_TB).mean(axis=-1)
 
@@ -436,7 +436,9 @@ class GridTrainer:
     when the loss falls below (1 - rel_tol) x the best so far; `patience` evaluations without
     improvement mark a model converged (at max_steps, or under "stall_decay" once its rate has
     been decayed max_lr_decays times; before that they decay its rate). A model whose
-    validation loss is not finite (finite weights can still overflow) is marked diverged."""
+    validation loss is not finite (finite weights can still overflow) is marked diverged.
+    The optimiser's frozen models are then the inactive ones, and its rate scales the new
+    ones (per_model.freeze_models, per_model.scale_by_model_rate)."""
     settings = self.settings
     overflowed = state.active_SM & ~jnp.isfinite(val_loss_SM)
     state = state.replace(diverged_SM=state.diverged_SM | overflowed,
@@ -450,17 +452,20 @@ class GridTrainer:
                                                      state.best_val_loss_SM))
     if settings.schedule != "stall_decay":  # train to max_steps; converged = flat at the end
       at_end = state.step >= settings.max_steps
-      return state.replace(evals_since_best_SM=since,
-                           converged_SM=state.converged_SM | (stalled & at_end))
-    converged = state.converged_SM | (stalled & (state.num_lr_decays_SM
-                                                 >= settings.max_lr_decays))
-    decay = stalled & ~converged
-    return state.replace(
-        evals_since_best_SM=jnp.where(stalled, 0, since),
-        lr_scale_SM=jnp.where(decay, state.lr_scale_SM * settings.lr_decay_factor,
-                              state.lr_scale_SM),
-        num_lr_decays_SM=state.num_lr_decays_SM + decay,
-        converged_SM=converged)
+      state = state.replace(evals_since_best_SM=since,
+                            converged_SM=state.converged_SM | (stalled & at_end))
+    else:
+      converged = state.converged_SM | (stalled & (state.num_lr_decays_SM
+                                                   >= settings.max_lr_decays))
+      decay = stalled & ~converged
+      rate_scale_SM = jnp.where(decay, state.lr_scale_SM * settings.lr_decay_factor,
+                                state.lr_scale_SM)
+      state = state.replace(
+          evals_since_best_SM=jnp.where(stalled, 0, since),
+          opt_state=optax.tree_utils.tree_set(state.opt_state, rate_scale_SM=rate_scale_SM),
+          num_lr_decays_SM=state.num_lr_decays_SM + decay,
+          converged_SM=converged)
+    return state.replace(opt_state=state.opt_state._replace(frozen_SM=~state.active_SM))
 
   def predict(self, params: Params, eval_set: tasks.Batch, chunk_size: int,
               group: int) -> np.ndarray:

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from optax.tree_utils import tree_set
 
 from inverse_depth import config as config_lib, experiment, workdir as workdir_lib
 from inverse_depth.checkpoint import CheckpointMismatch, GridCheckpoints, state_checksum
@@ -169,7 +170,8 @@ def test_a_diverging_member_is_marked_and_leaves_the_others_unchanged(tiny_run, 
 
   def with_a_huge_learning_rate(self):
     state = init_state(self)
-    return state.replace(lr_scale_SM=state.lr_scale_SM.at[seed, m].set(jnp.float32(1e8)))
+    rate_scale_SM = state.lr_scale_SM.at[seed, m].set(jnp.float32(1e8))
+    return state.replace(opt_state=tree_set(state.opt_state, rate_scale_SM=rate_scale_SM))
 
   monkeypatch.setattr(GridTrainer, "init_state", with_a_huge_learning_rate)
   workdir = str(tmp_path / "diverging")

@@ -13,14 +13,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from optax.tree_utils import tree_get
 
 from bench import before
 from inverse_depth import analysis
 from inverse_depth.grid import GridLayout, InitScales, init_grid
-from inverse_depth.models import LAYER_PREDICTIONS, MODELS, SPLIT_PREDICTIONS
+from inverse_depth.models import LAYER_PREDICTIONS, MODELS
+from inverse_depth.modules import PackedModels
+from inverse_depth.per_model import finite_per_model
 from inverse_depth.train import (CPU_CONTEXTS_PER_BLOCK, SCALE_FREE_INPUT_MODELS, GridTrainer,
-                                 Problem, TrainSettings,
-                                 _finite_per_model, block_size, blocked_grid_gradient,
+                                 Problem, TrainSettings, block_size, blocked_grid_gradient,
                                  grid_losses)
 
 PROBLEM = Problem(task="topk", k=2, d=4, P=8, spectra=((0.0, 0.0),))
@@ -252,11 +254,10 @@ def test_diverged_model_is_marked_and_frozen(divergence_runs):
     np.testing.assert_array_equal(leaf_after, leaf_before)
     assert np.all(np.isfinite(leaf_after))
   # Its Adam moments are frozen too.
-  adam_before, adam_after = before.opt_state[0], after.opt_state[0]
   for moments in ("mu", "nu"):
     for leaf_before, leaf_after in zip(
-        jax.tree.leaves(_model_params(getattr(adam_before, moments), layout, s, m)),
-        jax.tree.leaves(_model_params(getattr(adam_after, moments), layout, s, m))):
+        jax.tree.leaves(_model_params(tree_get(before.opt_state, moments), layout, s, m)),
+        jax.tree.leaves(_model_params(tree_get(after.opt_state, moments), layout, s, m))):
       np.testing.assert_array_equal(leaf_after, leaf_before)
   assert not np.all(np.isfinite(divergence_runs["poisoned_losses"][s, m])) or (
       divergence_runs["poisoned_losses"][s, m] > SETTINGS.divergence_loss)
@@ -340,7 +341,7 @@ def test_finite_per_model_attributes_each_layer_to_its_model(which):
                                          W_k=params["layer"]["W_k"].at[s, t, 0, 0].set(jnp.inf)))
       expected = np.ones((len(GRID_SEEDS), len(GRID_DEPTHS)), bool)
       expected[s, m] = False
-      np.testing.assert_array_equal(np.asarray(_finite_per_model(poisoned, layout)), expected)
+      np.testing.assert_array_equal(np.asarray(finite_per_model(poisoned, layout)), expected)
 
 
 def _one_step_layer_change(settings, depths=(1, 3)):
@@ -475,8 +476,8 @@ def test_blocked_gradient_equals_the_whole_batch_gradient(model, x64):
     return losses_SM.sum(), losses_SM
 
   expected_grads, expected_losses = jax.jit(jax.grad(total_loss, has_aux=True))(params)
-  grads, losses = jax.jit(blocked_grid_gradient, static_argnums=(0, 3, 4))(
-      SPLIT_PREDICTIONS[model], params, batch_S, layout, 4)
+  module = PackedModels(model, layout, d=PROBLEM.d, N=N)
+  grads, losses = jax.jit(blocked_grid_gradient, static_argnums=(0, 3))(module, params, batch_S, 4)
   np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
   for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(expected_grads)):
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
