@@ -2,7 +2,10 @@
 
     python -m experiments.sgd_noise --workdir=runs/sgd_sweep_b256   # per run, once
     python -m experiments.sgd_sweep_report --out=results/sgd_sweep \
-        --workdirs=runs/sgd_sweep_b256,runs/sgd_sweep_b1024
+        --workdirs=results/sgd_sweep/b256,results/sgd_sweep/b1024,results/sgd_law
+
+(the command that made the committed results/sgd_sweep/sweep.md: the sweep beside the law's
+run at batch 256).
 
 Writes OUT/sweep.md (L0, c, alpha, R^2 and A_L - C_L at the deepest stationary depth against
 eta_eff / B, with c predicted from gradient noise beside the fitted c) and
