@@ -108,9 +108,8 @@ def write_report(short_dir: str, long_dir: str) -> str:
   ax.set(xscale="log", yscale="log", xlabel="depth L",
          ylabel="held-out loss R_L (mean over paired seeds)")
   ax.legend(fontsize=7)
-  os.makedirs(os.path.join(long_dir, "figures"), exist_ok=True)
-  run_report.save_figure(fig, os.path.join(long_dir, "figures", "longer_training.png"))
-  lines += ["", "![longer training](figures/longer_training.png)", ""]
+  figure = run_report.save_report_figure(fig, long_dir, "longer_training")
+  lines += ["", f"![longer training]({figure})", ""]
   path = os.path.join(long_dir, "longer_training.md")
   write_text_atomic(path, "\n".join(lines))
   return path

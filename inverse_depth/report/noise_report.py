@@ -97,9 +97,7 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L - L0")
   if ax.get_legend_handles_labels()[0]:  # no resolved fit: nothing to label
     ax.legend(fontsize=7)
-  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
-  run_report.save_figure(fig, os.path.join(out_dir, "figures", "sweep.png"))
-  lines += ["", "![R_L - L0](figures/sweep.png)", ""]
+  lines += ["", f"![R_L - L0]({run_report.save_report_figure(fig, out_dir, 'sweep')})", ""]
   path = os.path.join(out_dir, "sweep.md")
   write_text_atomic(path, "\n".join(lines))
   return path

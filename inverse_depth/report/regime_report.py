@@ -47,8 +47,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
     ax.title.set_fontsize(9)
   axes[0, 0].set_yscale("log")
   axes[0, 0].legend(fontsize=7)
-  os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
-  run_report.save_figure(fig, os.path.join(out_dir, "figures", "regimes.png"))
+  figure = run_report.save_report_figure(fig, out_dir, "regimes")
   lines = ["# Training regimes side by side", "",
            "Seed means over each run's clean models (flagged and diverged ones left out).", ""]
   lines += table("regime", "run", "how it trains", "fit L0", "alpha", "R^2")
@@ -58,7 +57,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
     lines += ["", f"**{label}**", ""] + table("regime", *(f"L={L}" for L in depths))
     lines += [row(name, *(f"{rows[name][field][L]:.4g}" if L in rows[name][field] else "-"
                           for L in depths)) for name in rows]
-  lines += ["", "![regimes](figures/regimes.png)", ""]
+  lines += ["", f"![regimes]({figure})", ""]
   path = os.path.join(out_dir, "regimes.md")
   write_text_atomic(path, "\n".join(lines))
   return path

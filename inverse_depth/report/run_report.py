@@ -64,6 +64,15 @@ def save_figure(fig, path: str) -> None:
   plt.close(fig)
 
 
+def save_report_figure(fig, directory: str, name: str) -> str:
+  """Saves `fig` as directory/figures/NAME.png (`save_figure`), making the folder; returns
+  its path relative to `directory`, as a report's markdown links it."""
+  relative = os.path.join("figures", f"{name}.png")
+  os.makedirs(os.path.join(directory, "figures"), exist_ok=True)
+  save_figure(fig, os.path.join(directory, relative))
+  return relative
+
+
 def plot_decomposition(results: dict, path: str) -> None:
   """R_L, the shared error C_L and the disagreement A_L - C_L against depth."""
   fits = results["fits"]
