@@ -182,9 +182,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     resolved = resolve(config, model)
     _validate_fields(resolved)
     if resolved.fixed_input_norm and model not in SCALE_FREE_INPUT_MODELS:
-      field = ("model_overrides.{model}.fixed_input_norm"
-               if "fixed_input_norm" in config.model_overrides.get(model, {})
-               else "fixed_input_norm").format(model=model)
+      overridden = "fixed_input_norm" in config.model_overrides.get(model, {})
+      field = f"model_overrides.{model}.fixed_input_norm" if overridden else "fixed_input_norm"
       _fail(field, True, f"False for model {model!r} (set model_overrides.{model}."
             "fixed_input_norm=False): only the kinds whose W_x enters through a layer norm "
             f"({', '.join(SCALE_FREE_INPUT_MODELS)}) may fix its norm")
