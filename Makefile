@@ -46,13 +46,13 @@ clean:
 # Adam 3e-3, cosine; quick_annealed.py itself uses depth_law.py's random start at 0.3 and
 # Adam 1e-3) and one change of it per regime, one workdir each under runs/regimes/.
 REGIMES := adam_cosine_identity adam_cosine_random adam_stall_identity adam_constant_identity sgd_cosine_identity
-regime_base := --config.qk_init_scale=1 --config.learning_rate=0.003
-regime_flags_adam_cosine_identity := $(regime_base) --config.qk_init=identity
-regime_flags_adam_cosine_random := $(regime_base) --config.qk_init=random
-regime_flags_adam_stall_identity := $(regime_base) --config.qk_init=identity --config.schedule=stall_decay --config.max_steps=4000
-regime_flags_adam_constant_identity := $(regime_base) --config.qk_init=identity --config.schedule=constant
-regime_flags_sgd_cosine_identity := --config.qk_init_scale=1 --config.qk_init=identity --config.optimizer=sgd --config.depth_scaled_layer_lr=True --config.learning_rate=0.002
+regime_base := --config.init.qk_init_scale=1 --config.train.learning_rate=0.003
+regime_flags_adam_cosine_identity := $(regime_base) --config.init.qk_init=identity
+regime_flags_adam_cosine_random := $(regime_base) --config.init.qk_init=random
+regime_flags_adam_stall_identity := $(regime_base) --config.init.qk_init=identity --config.train.schedule=stall_decay --config.train.max_steps=4000
+regime_flags_adam_constant_identity := $(regime_base) --config.init.qk_init=identity --config.train.schedule=constant
+regime_flags_sgd_cosine_identity := --config.init.qk_init_scale=1 --config.init.qk_init=identity --config.train.optimizer=sgd --config.train.depth_scaled_layer_lr=True --config.train.learning_rate=0.002
 
 regimes: $(VENV)/.installed
 	$(foreach r,$(REGIMES),$(PY) -m experiments.run --config=experiments/configs/quick_annealed.py \
-	  --workdir=runs/regimes/$(r) --config.num_seeds=1 $(regime_flags_$(r)) && ) true
+	  --workdir=runs/regimes/$(r) --config.grid.num_seeds=1 $(regime_flags_$(r)) && ) true

@@ -34,8 +34,8 @@ def first_chunk_differences(results_dir: str) -> list[dict]:
     state, train_loss_SM = trainer.train_chunk(trainer.init_state())
     sample = jax.jit(spec.problem.sample, static_argnums=1)
     val_key = experiment._root_keys(spec.root_seed)["val"]
-    val_sets = tuple(sample(val_key, spec.val_size, a, b) for a, b in spec.problem.spectra)
-    val_loss_SM = trainer.model_losses(state.params, val_sets, spec.eval_chunk_size)
+    val_sets = tuple(sample(val_key, spec.eval.val_size, a, b) for a, b in spec.problem.spectra)
+    val_loss_SM = trainer.model_losses(state.params, val_sets, spec.eval.eval_chunk_size)
     train, val = (np.asarray(x)[:, :trainer.num_models] for x in (train_loss_SM, val_loss_SM))
     out.append(dict(run=results_dir, grid=spec.name,
                     train_loss=float(np.max(np.abs(train / np.asarray(first["train_loss"]) - 1))),

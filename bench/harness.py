@@ -69,22 +69,22 @@ def grid_config(*, model: str, depths, num_seeds: int, d: int, P: int, N: int, b
                 steps_per_call: int, task: str = "topk", k: int = 2):
   """The default experiment config with the sizes of one benchmark grid."""
   config = default_config.get_config()
-  config.model, config.task, config.k = model, task, k
-  config.depths, config.num_seeds = tuple(depths), num_seeds
-  config.sizes[config.model].update(d=d, P=P, N=N)
-  config.batch_size = batch
-  config.eval_every = steps_per_call
-  config.max_steps = 10 ** 9
+  config.problem.task, config.problem.k = task, k
+  config.grid.model, config.grid.depths, config.grid.num_seeds = model, tuple(depths), num_seeds
+  config.grid.sizes[model].update(d=d, P=P, N=N)
+  config.train.batch_size = batch
+  config.train.eval_every = steps_per_call
+  config.train.max_steps = 10 ** 9
   return config
 
 
 def make_trainer(config, seeds=None) -> GridTrainer:
   """The trainer `experiments.run` would build for this config (spectrum a = b = 0)."""
+  spec = config_lib.grid_specs(config)[0]
   init, data, _, _ = jax.random.split(jax.random.key(config.seed), 4)
-  return GridTrainer(config.model, config_lib.problem(config, config.model), tuple(config.depths),
-                     tuple(range(config.num_seeds)) if seeds is None else tuple(seeds),
-                     config_lib.train_settings(config), N=config_lib.width(config, config.model),
-                     init_scales=config_lib.init_scales(config), init_key=init, data_key=data)
+  return GridTrainer(spec.model, spec.problem, spec.depths,
+                     spec.seeds if seeds is None else tuple(seeds), spec.train, N=spec.N,
+                     init_scales=spec.init, init_key=init, data_key=data)
 
 
 class ChunkTimer:

@@ -80,5 +80,13 @@ def main(argv):
   print(f"Report: {_WORKDIR.value}/report.md")
 
 
+def _parse_flags(argv: list[str]):
+  """absl's flag parsing, after mapping the flat config flags of before the groups."""
+  argv, messages = config_lib.map_flat_flags(argv)
+  for message in messages:
+    print(message, file=sys.stderr)
+  return app.parse_flags_with_usage(argv)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -16,7 +16,7 @@ import matplotlib
 import numpy as np
 from absl import app, flags
 
-from inverse_depth import trajectory
+from inverse_depth import config as config_lib, trajectory
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -32,7 +32,7 @@ def series(workdir: str) -> tuple[list[int], dict[str, np.ndarray]]:
   """The depths and the seed-mean series [E, M] of every quantity (A - C as
   `disagreement`) of the run's softmax grid."""
   with open(os.path.join(workdir, "config.json")) as f:
-    depths = json.load(f)["depths"]
+    depths = config_lib.flat(json.load(f))["depths"]
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     lines = [json.loads(line) for line in f]
   found = trajectory.read_metrics(lines, "softmax")

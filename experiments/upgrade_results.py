@@ -2,7 +2,7 @@
 (inverse_depth/upgrade.py; no training):
 
     python -m experiments.upgrade_results --results=DIR \
-        [--config=experiments/configs/NAME.py[:ARGUMENT] [--config.FIELD=VALUE ...]]
+        [--config=experiments/configs/NAME.py[:ARGUMENT] [--config.GROUP.FIELD=VALUE ...]]
 
 --config is the config that made the run, needed only where its config names no regime; it
 must hash as the run's config. DIR/results.json (and DIR/config.json, where present) are
@@ -17,7 +17,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from inverse_depth import upgrade
+from inverse_depth import config as config_lib, upgrade
 from inverse_depth.files import write_json_atomic
 from inverse_depth.workdir import CONFIG_FILE, RESULTS_FILE
 
@@ -44,5 +44,13 @@ def main(argv):
   print(f"{path}: schema version {results['schema_version']}")
 
 
+def _parse_flags(argv: list[str]):
+  """absl's flag parsing, after mapping the flat config flags of before the groups."""
+  argv, messages = config_lib.map_flat_flags(argv)
+  for message in messages:
+    print(message, file=sys.stderr)
+  return app.parse_flags_with_usage(argv)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -1,8 +1,15 @@
 """Checking an experiment config and turning it into trainer settings.
 
+A config is a few top-level fields (seed, regime, model_overrides) and six groups, each
+named after what it fills, its fields named exactly as the dataclass fields they set
+(`GROUPS`): `problem` (train.Problem), `grid` (GridSpec's own fields), `init`
+(grid.InitScales), `train` (train.TrainSettings), `eval` (EvalSettings) and `checkpoint`
+(CheckpointSettings). Field names are unique across groups, so `flat` gives every field by
+its name alone (the config hash is of that view).
+
 `validate` runs before anything is compiled or written; each error names the
-field, its value and what is allowed. The set of fields is fixed (`FIELDS`):
-an unknown or missing field is an error too.
+field (config.GROUP.FIELD), its value and what is allowed. The set of fields is fixed
+(`FIELDS`): an unknown or missing field is an error too.
 """
 
 import dataclasses
@@ -43,8 +50,9 @@ def _split_names(value) -> tuple[str, ...]:
 
 
 def model_names(config) -> tuple[str, ...]:
-  """The model kinds listed in config.model (comma separated)."""
-  return _split_names(config.model)
+  """The model kinds listed in config.grid.model (comma separated); `config` is a config or
+  its `flat` fields."""
+  return _split_names(config["grid"]["model"] if "grid" in config else config["model"])
 
 
 def _int_at_least(low: int) -> tuple[Callable, str]:
@@ -91,7 +99,7 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "sizes": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
               and set(v.keys()) <= set(MODELS),
               f"entries for model kinds ({', '.join(MODELS)}), each with d, P, N, one for "
-              "every kind in config.model"),
+              "every kind in config.grid.model"),
     "batch_size": _int_at_least(1),
     "microbatch_size": (lambda v: _is_int(v) and v >= 0,
                         "an integer >= 0 (contexts per block of the training gradient; 0: "
@@ -146,6 +154,56 @@ FIELDS: dict[str, tuple[Callable, str]] = {
     "checkpoints_to_keep": _int_at_least(1),
 }
 
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+  """How a grid is evaluated and judged (the config's `eval` group; default.py says what each
+  field means)."""
+  val_size: int  # contexts of the validation set (the convergence rule's)
+  eval_size: int  # contexts of the held-out set behind every reported number
+  eval_chunk_size: int  # contexts per evaluation call
+  diagnostic_size: int  # evaluation contexts the diagnostics use (0: none)
+  stationary_evals: int  # evaluations averaged at the end of training (1: the final iterate)
+  stationarity_z: float  # threshold of the stationarity test, in standard errors
+  bound_samples: int  # Monte Carlo contexts of the theory bound (0: none)
+  outlier_factor: float  # a model this far above its reference is flagged
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSettings:
+  """When a grid's training state is saved (the config's `checkpoint` group)."""
+  checkpoint_every: int  # steps between checkpoints (a multiple of eval_every)
+  checkpoints_to_keep: int  # newest checkpoints kept per grid
+
+
+def _field_names(cls) -> tuple[str, ...]:
+  return tuple(field.name for field in dataclasses.fields(cls))
+
+
+# The config's groups and their fields, each group named after what it fills and each field
+# named as the dataclass field it sets. `grid` holds GridSpec's own fields: the model kinds
+# (one grid per kind), its depths, seeds (range(num_seeds)), swept rate factors, sizes
+# (N, and the Problem's d and P, per kind), the looped models' tying and the ensemble control.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "problem": ("task", "k", "spectra"),
+    "grid": ("model", "depths", "num_seeds", "rate_factors", "sizes", "loop_group",
+             "ensemble_control"),
+    "init": _field_names(InitScales),
+    "train": _field_names(TrainSettings),
+    "eval": _field_names(EvalSettings),
+    "checkpoint": _field_names(CheckpointSettings),
+}
+TOP_LEVEL_FIELDS = ("seed", "regime", "model_overrides")
+GROUP_OF = {field: group for group, names in GROUPS.items() for field in names}
+assert set(GROUP_OF) | set(TOP_LEVEL_FIELDS) == set(FIELDS), "every field in one place"
+
+
+def path(field: str) -> str:
+  """Where `field` sits in the config: "train.learning_rate", or "seed" at the top level."""
+  return f"{GROUP_OF[field]}.{field}" if field in GROUP_OF else field
+
+
 # Fields that change how a run is saved or blocked but not what it computes: a rerun may
 # change them without starting over, and they are left out of the config hash.
 # microbatch_size changes only the summation order of the training gradient (train.py); a
@@ -159,32 +217,110 @@ RUNTIME_FIELDS = ("checkpoint_every", "checkpoints_to_keep", "microbatch_size")
 # of the workdir comparison, at the top level and in model_overrides.
 LABEL_FIELDS = ("regime",)
 
-# Fields a model kind may set for its own grids (config.model_overrides.<kind>.<field>):
-# everything but what defines the table (task, k, spectra), the root seed and the sizes
-# (which are per kind already).
+# Fields a model kind may set for its own grids
+# (config.model_overrides.<kind>.<group>.<field>): everything but what defines the table
+# (task, k, spectra), the root seed and the sizes (which are per kind already).
 NOT_OVERRIDABLE = ("model", "model_overrides", "task", "k", "spectra", "sizes", "seed")
+
+
+def flat(config) -> dict:
+  """Every field of a config (ConfigDict or the dict config.json holds) by its name alone,
+  the groups opened; model_overrides likewise per kind ({kind: {field: value}})."""
+  config = config.to_dict() if hasattr(config, "to_dict") else config
+  fields = {}
+  for key, value in config.items():
+    if key in GROUPS:
+      fields.update(value)
+    elif key == "model_overrides":
+      fields[key] = {kind: flat(overrides) for kind, overrides in value.items()}
+    else:
+      fields[key] = value
+  return fields
+
+
+def nested(fields: dict) -> dict:
+  """The inverse of `flat`: fields by name put into their groups."""
+  config = {}
+  for field, value in fields.items():
+    if field == "model_overrides":
+      value = {kind: nested(overrides) for kind, overrides in value.items()}
+    if field in GROUP_OF:
+      config.setdefault(GROUP_OF[field], {})[field] = value
+    else:
+      config[field] = value
+  return config
+
+
+def set_fields(target: ml_collections.ConfigDict, fields: dict) -> None:
+  """Sets each field of `fields` (by name) in its group of `target`, a config or one kind's
+  model_overrides (whose groups are made as needed)."""
+  for field, value in fields.items():
+    if field not in GROUP_OF:
+      target[field] = value
+      continue
+    group = GROUP_OF[field]
+    if group not in target:
+      target[group] = ml_collections.ConfigDict()
+    target[group][field] = value
+
+
+def _unknown_key(where: str, key: str, known) -> ConfigError:
+  hint = (f" (it is a field of the {GROUP_OF[key]} group: config.{path(key)})"
+          if key in GROUP_OF else "")
+  return ConfigError(f"config.{where}{key} is not a known {'field or group' if not where else 'field'}"
+                     f"{hint}; known: {', '.join(known)}")
+
+
+def _check_layout(config: ml_collections.ConfigDict) -> None:
+  """Every group and top-level field present, each group holding exactly its fields."""
+  known = tuple(GROUPS) + TOP_LEVEL_FIELDS
+  for key in config.keys():
+    if key not in known:
+      raise _unknown_key("", key, known)
+  for key in known:
+    if key not in config:
+      raise ConfigError(f"config.{key} is missing (every group and field of {', '.join(known)} "
+                        "must be set)")
+  for group, names in GROUPS.items():
+    for key in config[group].keys():
+      if key not in names:
+        raise _unknown_key(f"{group}.", key, names)
+    missing = [name for name in names if name not in config[group]]
+    if missing:
+      raise ConfigError(f"config.{group}.{missing[0]} is missing (every field of the "
+                        f"{group} group, {', '.join(names)}, must be set)")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError naming the first invalid, unknown or missing field, checking every
   model kind's resolved config (`resolve`) too."""
-  _validate_fields(config)
+  _check_layout(config)
+  _validate_fields(flat(config))
   for model, overrides in config.model_overrides.items():
-    for field in overrides.keys():
-      if field not in FIELDS or field in NOT_OVERRIDABLE:
-        _fail(f"model_overrides.{model}.{field}", overrides[field],
-              "a field name other than " + ", ".join(NOT_OVERRIDABLE) + " (known fields: "
-              + ", ".join(FIELDS) + ")")
-      ok, allowed = FIELDS[field]
-      if not ok(overrides[field]):
-        _fail(f"model_overrides.{model}.{field}", overrides[field], allowed)
+    where = f"model_overrides.{model}."
+    for key in overrides.keys():
+      if key in LABEL_FIELDS:
+        continue
+      if key not in GROUPS:
+        raise ConfigError(f"config.{where}{key} is invalid: allowed a group ("
+                          f"{', '.join(GROUPS)}) holding the fields that kind overrides"
+                          + (f" (here config.{where}{path(key)})" if key in GROUP_OF else ""))
+      for field in overrides[key].keys():
+        value = overrides[key][field]
+        if field not in GROUPS[key] or field in NOT_OVERRIDABLE:
+          _fail(f"{where}{key}.{field}", value, f"a field of the {key} group other than "
+                + ", ".join(NOT_OVERRIDABLE) + f" ({', '.join(GROUPS[key])})")
+        ok, allowed = FIELDS[field]
+        if not ok(value):
+          _fail(f"{where}{key}.{field}", value, allowed)
   for model in model_names(config):
-    resolved = resolve(config, model)
+    resolved = flat(resolve(config, model))
     _validate_fields(resolved)
-    if resolved.fixed_input_norm and model not in SCALE_FREE_INPUT_MODELS:
-      overridden = "fixed_input_norm" in config.model_overrides.get(model, {})
-      field = f"model_overrides.{model}.fixed_input_norm" if overridden else "fixed_input_norm"
-      _fail(field, True, f"False for model {model!r} (set model_overrides.{model}."
+    if resolved["fixed_input_norm"] and model not in SCALE_FREE_INPUT_MODELS:
+      overridden = "fixed_input_norm" in config.model_overrides.get(model, {}).get("train", {})
+      field = (f"model_overrides.{model}.train.fixed_input_norm" if overridden
+               else path("fixed_input_norm"))
+      _fail(field, True, f"False for model {model!r} (set model_overrides.{model}.train."
             "fixed_input_norm=False): only the kinds whose W_x enters through a layer norm "
             f"({', '.join(SCALE_FREE_INPUT_MODELS)}) may fix its norm")
 
@@ -195,58 +331,56 @@ def resolve(config: ml_collections.ConfigDict, model: str) -> ml_collections.Con
   resolved = ml_collections.ConfigDict(config.to_dict())
   overrides = config.model_overrides.get(model, {})
   with resolved.unlocked():
-    for field in overrides.keys():
-      resolved[field] = overrides[field]
+    for key in overrides.keys():
+      if key in GROUPS:
+        for field in overrides[key].keys():
+          resolved[key][field] = overrides[key][field]
+      else:
+        resolved[key] = overrides[key]
     resolved.model_overrides = {}
   return resolved
 
 
-def _validate_fields(config: ml_collections.ConfigDict) -> None:
-  unknown = sorted(set(config.keys()) - set(FIELDS))
-  if unknown:
-    raise ConfigError(f"config.{unknown[0]} is not a known field; known fields: "
-                      f"{', '.join(FIELDS)}")
-  missing = [field for field in FIELDS if field not in config]
-  if missing:
-    raise ConfigError(f"config.{missing[0]} is missing (every field in {', '.join(FIELDS)} "
-                      "must be set)")
+def _validate_fields(config: dict) -> None:
+  """The rules of FIELDS and the cross-field rules, on a config's `flat` fields."""
   for field, (ok, allowed) in FIELDS.items():
     if not ok(config[field]):
-      _fail(field, config[field], allowed)
+      _fail(path(field), config[field], allowed)
+  sizes_of = config["sizes"]
   for model in model_names(config):
-    if model not in config.sizes:
-      _fail("sizes", config.sizes.to_dict() if hasattr(config.sizes, "to_dict")
-            else config.sizes, f"an entry (d, P, N) for every kind in config.model, here "
-            f"{model!r}")
-  for model in config.sizes.keys():
-    sizes = config.sizes[model]
+    if model not in sizes_of:
+      _fail("grid.sizes", sizes_of, f"an entry (d, P, N) for every kind in "
+            f"config.grid.model, here {model!r}")
+  for model in sizes_of.keys():
+    sizes = sizes_of[model]
     unknown_sizes = sorted(set(sizes.keys()) - set(SIZE_FIELDS))
     missing_sizes = [f for f in SIZE_FIELDS if f not in sizes]
     if unknown_sizes or missing_sizes:
-      _fail(f"sizes.{model}", sizes.to_dict() if hasattr(sizes, "to_dict") else sizes,
-            f"exactly the fields {', '.join(SIZE_FIELDS)}")
+      _fail(f"grid.sizes.{model}", sizes, f"exactly the fields {', '.join(SIZE_FIELDS)}")
     for field in SIZE_FIELDS:
       if not (_is_int(sizes[field]) and sizes[field] >= 1):
-        _fail(f"sizes.{model}.{field}", sizes[field], "an integer >= 1")
+        _fail(f"grid.sizes.{model}.{field}", sizes[field], "an integer >= 1")
     if sizes["N"] < sizes["d"]:
-      _fail(f"sizes.{model}.N", sizes["N"], f"an integer >= d = {sizes['d']}")
-    if config.task == "topk" and config.k > sizes["P"] and model in model_names(config):
-      _fail("k", config.k, f"an integer in [1, P = {sizes['P']}] (sizes.{model}.P) for the "
-            "topk task")
+      _fail(f"grid.sizes.{model}.N", sizes["N"], f"an integer >= d = {sizes['d']}")
+    if config["task"] == "topk" and config["k"] > sizes["P"] and model in model_names(config):
+      _fail(path("k"), config["k"], f"an integer in [1, P = {sizes['P']}] "
+            f"(grid.sizes.{model}.P) for the topk task")
+  every = config["eval_every"]
   for field in ("max_steps", "checkpoint_every"):
-    if config[field] % config.eval_every:
-      _fail(field, config[field], f"a multiple of eval_every = {config.eval_every}")
-  if config.stationary_evals > 1:
-    if config.schedule != "constant":
-      _fail("stationary_evals", config.stationary_evals,
-            f"1 unless schedule is 'constant' (here {config.schedule!r}): a time average is "
-            "only meaningful for a stationary iterate")
-    window_steps = (config.stationary_evals - 1) * config.eval_every
-    if window_steps >= config.max_steps - config.warmup_steps:
-      _fail("stationary_evals", config.stationary_evals,
+    if config[field] % every:
+      _fail(path(field), config[field], f"a multiple of train.eval_every = {every}")
+  averaged = config["stationary_evals"]
+  if averaged > 1:
+    if config["schedule"] != "constant":
+      _fail(path("stationary_evals"), averaged,
+            f"1 unless train.schedule is 'constant' (here {config['schedule']!r}): a time "
+            "average is only meaningful for a stationary iterate")
+    window_steps = (averaged - 1) * every
+    if window_steps >= config["max_steps"] - config["warmup_steps"]:
+      _fail(path("stationary_evals"), averaged,
             f"an integer whose window (stationary_evals - 1) x eval_every = {window_steps} "
             f"steps ends after the warm-up (max_steps - warmup_steps = "
-            f"{config.max_steps - config.warmup_steps})")
+            f"{config['max_steps'] - config['warmup_steps']})")
 
 
 def canonical(value):
@@ -264,20 +398,20 @@ def from_saved(saved: dict) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(saved)
 
 
-def without_labels(config_dict: dict) -> dict:
-  """`config_dict` without LABEL_FIELDS, at the top level and in model_overrides."""
-  unlabelled = {k: v for k, v in config_dict.items() if k not in LABEL_FIELDS}
-  if "model_overrides" in config_dict:
+def without_labels(fields: dict) -> dict:
+  """`flat` fields without LABEL_FIELDS, at the top level and in model_overrides."""
+  unlabelled = {k: v for k, v in fields.items() if k not in LABEL_FIELDS}
+  if "model_overrides" in fields:
     unlabelled["model_overrides"] = {
         model: {k: v for k, v in overrides.items() if k not in LABEL_FIELDS}
-        for model, overrides in config_dict["model_overrides"].items()}
+        for model, overrides in fields["model_overrides"].items()}
   return unlabelled
 
 
 def config_hash(config_dict: dict) -> str:
-  """SHA-256 (first 16 hex digits) of the fields that determine the results (all but
-  RUNTIME_FIELDS and LABEL_FIELDS)."""
-  fields = {k: canonical(v) for k, v in without_labels(config_dict).items()
+  """SHA-256 (first 16 hex digits) of the `flat` fields that determine the results (all but
+  RUNTIME_FIELDS and LABEL_FIELDS): the groups are a layout, not a setting."""
+  fields = {k: canonical(v) for k, v in without_labels(flat(config_dict)).items()
             if k not in RUNTIME_FIELDS}
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -285,41 +419,15 @@ def config_hash(config_dict: dict) -> str:
 SIZE_FIELDS = ("d", "P", "N")  # per model kind: input dim, context length, hidden width
 
 
+def spectra(config) -> tuple[tuple[float, float], ...]:
+  return tuple((float(a), float(b)) for a, b in config.problem.spectra)
+
+
 def problem(config, model: str) -> Problem:
   """The task, sizes and spectra the grid of `model` learns."""
-  sizes = config.sizes[model]
-  return Problem(task=config.task, k=int(config.k), d=int(sizes["d"]), P=int(sizes["P"]),
-                 spectra=spectra(config))
-
-
-def spectra(config) -> tuple[tuple[float, float], ...]:
-  return tuple((float(a), float(b)) for a, b in config.spectra)
-
-
-def width(config, model: str) -> int:
-  """Hidden width N of `model`."""
-  return int(config.sizes[model]["N"])
-
-
-def _filled_by_name(cls, config):
-  """An instance of the dataclass `cls` whose every field is the config field of that name."""
-  return cls(**{field.name: config[field.name] for field in dataclasses.fields(cls)})
-
-
-def train_settings(config) -> TrainSettings:
-  """The optimiser and convergence settings: TrainSettings' fields are the config's names."""
-  return _filled_by_name(TrainSettings, config)
-
-
-def init_scales(config) -> InitScales:
-  """The initialisation: InitScales' fields are the config's names."""
-  return _filled_by_name(InitScales, config)
-
-
-# GridSpec fields that are config fields of the same name, copied as they are.
-_GRID_FIELDS_FROM_CONFIG = ("loop_group", "val_size", "eval_size", "eval_chunk_size",
-                            "diagnostic_size", "stationary_evals", "bound_samples",
-                            "outlier_factor", "checkpoint_every", "checkpoints_to_keep")
+  sizes = config.grid.sizes[model]
+  return Problem(task=config.problem.task, k=int(config.problem.k), d=int(sizes["d"]),
+                 P=int(sizes["P"]), spectra=spectra(config))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,19 +445,11 @@ class GridSpec:
   seeds: tuple[int, ...]
   rate_factors: tuple[float, ...]  # every model trains at learning_rate x each of them
   N: int  # hidden width
+  loop_group: int  # looped only: layers per group sharing W_q, W_k (0: one group per model)
   train: TrainSettings
   init: InitScales
-  loop_group: int  # looped only: layers per group sharing W_q, W_k (0: one group per model)
-  val_size: int
-  eval_size: int
-  eval_chunk_size: int
-  diagnostic_size: int
-  stationary_evals: int  # evaluations averaged at the end of training (1: the final iterate)
-  stationarity_z: float  # threshold of the stationarity test, in standard errors
-  bound_samples: int
-  outlier_factor: float
-  checkpoint_every: int
-  checkpoints_to_keep: int
+  eval: EvalSettings
+  checkpoint: CheckpointSettings
   root_seed: int
   config_hash: str  # of the whole experiment config
 
@@ -366,14 +466,14 @@ class GridSpec:
   @property
   def checkpoints_kept(self) -> int:
     """Checkpoints kept per grid: checkpoints_to_keep, and the whole averaging window."""
-    return self.checkpoints_to_keep + self.stationary_evals - 1
+    return self.checkpoint.checkpoints_to_keep + self.eval.stationary_evals - 1
 
   @property
   def stationary_steps(self) -> tuple[int, ...]:
     """The steps whose held-out evaluations are averaged: the last `stationary_evals`
     evaluations of training (every `eval_every` steps up to max_steps)."""
     every, last = self.train.eval_every, self.train.max_steps
-    return tuple(last - every * i for i in reversed(range(self.stationary_evals)))
+    return tuple(last - every * i for i in reversed(range(self.eval.stationary_evals)))
 
   @property
   def name(self) -> str:
@@ -387,20 +487,43 @@ def spectrum_name(a: float, b: float) -> str:
 
 def grid_specs(config: ml_collections.ConfigDict) -> list[GridSpec]:
   """The grids of a validated config, in training order: per model kind its grid, then (for
-  softmax with ensemble_control) the ensemble control."""
+  softmax with ensemble_control) the ensemble control. Each settings dataclass is its group."""
   specs = []
   digest = config_hash(config.to_dict())
   for model in model_names(config):
     resolved = resolve(config, model)
+    grid = resolved.grid
     for ensemble in (False, True):
-      if ensemble and not (resolved.ensemble_control and model == "softmax"):
+      if ensemble and not (grid.ensemble_control and model == "softmax"):
         continue
       specs.append(GridSpec(
           model=model, ensemble=ensemble, problem=problem(resolved, model),
-          depths=tuple(int(L) for L in resolved.depths), seeds=tuple(range(resolved.num_seeds)),
-          rate_factors=tuple(float(f) for f in resolved.rate_factors),
-          N=width(resolved, model), train=train_settings(resolved),
-          init=init_scales(resolved), stationarity_z=float(resolved.stationarity_z),
-          root_seed=resolved.seed, config_hash=digest,
-          **{field: resolved[field] for field in _GRID_FIELDS_FROM_CONFIG}))
+          depths=tuple(int(L) for L in grid.depths), seeds=tuple(range(grid.num_seeds)),
+          rate_factors=tuple(float(f) for f in grid.rate_factors),
+          N=int(grid.sizes[model]["N"]), loop_group=grid.loop_group,
+          train=TrainSettings(**resolved.train.to_dict()),
+          init=InitScales(**resolved.init.to_dict()),
+          eval=EvalSettings(**resolved.eval.to_dict()),
+          checkpoint=CheckpointSettings(**resolved.checkpoint.to_dict()),
+          root_seed=resolved.seed, config_hash=digest))
   return specs
+
+
+def map_flat_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+  """`argv` with each flat config flag of before the groups (--config.FIELD=VALUE,
+  --config.model_overrides.KIND.FIELD=VALUE) renamed to its place in the groups
+  (--config.GROUP.FIELD=VALUE), and a message per renamed flag."""
+  mapped, messages = [], []
+  for argument in argv:
+    name, equals, value = argument.partition("=")
+    parts = name.split(".")
+    if parts[0] == "--config" and len(parts) > 1:
+      field_at = 3 if parts[1] == "model_overrides" else 1
+      if len(parts) == field_at + 1 and parts[field_at] in GROUP_OF:
+        parts.insert(field_at, GROUP_OF[parts[field_at]])
+        new_name = ".".join(parts)
+        messages.append(f"{name} is now {new_name} (config groups: inverse_depth/config.py "
+                        "GROUPS); mapped")
+        argument = new_name + equals + value
+    mapped.append(argument)
+  return mapped, messages

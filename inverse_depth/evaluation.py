@@ -263,8 +263,8 @@ class GridEvaluator:
     for w, params in enumerate(window_params):
       last = w == len(window_params) - 1
       layer_preds_STE, target_E, mean_label_E, window_found = self.evaluate(
-          params, eval_key, spec.eval_size, spec.eval_chunk_size, group,
-          [layers for _, layers, _ in views], spec.diagnostic_size if last else 0)
+          params, eval_key, spec.eval.eval_size, spec.eval.eval_chunk_size, group,
+          [layers for _, layers, _ in views], spec.eval.diagnostic_size if last else 0)
       squared_errors_SVE = squared_errors_SVE + np.stack([
           [(layer_preds_STE[s, layers].astype(np.float64).mean(axis=0) - target_E) ** 2
            for _, layers, _ in views] for s in range(num_seeds)]) / len(window_params)
@@ -282,7 +282,7 @@ class GridEvaluator:
       live_ST = (~np.asarray(state.diverged_SM)[replicates, :self.trainer.num_models]
                  & np.isfinite(member_loss_ST))  # a diverged member is nobody's peer
       median = float(np.median(member_loss_ST[live_ST])) if live_ST.any() else np.inf
-      member_limit = spec.outlier_factor * min(median, references.get(1, np.inf))
+      member_limit = spec.eval.outlier_factor * min(median, references.get(1, np.inf))
     runs = []
     for s, seed in enumerate(spec.seeds):
       replicate = replicates.start + s
@@ -294,7 +294,7 @@ class GridEvaluator:
           window_fields = dict(
               window_eval_losses=[p["R"] for p in window], final_eval_loss=window[-1]["R"],
               stationarity=analysis.stationarity([p["R"] for p in window],
-                                                 spec.stationarity_z))
+                                                 spec.eval.stationarity_z))
         forward_fields = {}
         if len(members) == 1 and depth == self.trainer.layout.depths[members[0]]:
           forward_fields = self.forward_identity(state.params, eval_key, group, replicate,
@@ -325,7 +325,7 @@ class GridEvaluator:
             diagnostic_contexts=found["contexts"], **ensemble_fields, **window_fields,
             **forward_fields,
             **self.diagnostic_fields(found, state.params, replicate, s, i, members)))
-    flag_outliers(runs, references, spec.outlier_factor)
+    flag_outliers(runs, references, spec.eval.outlier_factor)
     clean_SV = np.array([analysis.is_clean(r) for r in runs]).reshape(len(spec.seeds),
                                                                       len(views))
     return runs, paired_differences([L for L, _, _ in views], squared_errors_SVE, clean_SV)

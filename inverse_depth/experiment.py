@@ -123,12 +123,12 @@ def theory_bound(spec: GridSpec, a: float, b: float) -> dict | None:
   softmax-attention kind: `theory.softmax_bound` (best single cosine-attention layer and
   best mixture).
   """
-  if not spec.bound_samples or spec.problem.task != "topk":
+  if not spec.eval.bound_samples or spec.problem.task != "topk":
     return None
   key = jax.random.fold_in(jax.random.key(spec.root_seed), THEORY_STREAM)
   problem = spec.problem
   monte_carlo = dict(d=problem.d, P=problem.P, a=a, b=b, k=problem.k, task=problem.task,
-                     num_samples=spec.bound_samples,
+                     num_samples=spec.eval.bound_samples,
                      chunk_size=max(1, min(10_000, BOUND_CHUNK_FLOATS // (problem.P * problem.d))))
   if spec.model != "linear":
     bound = theory.softmax_bound(key, **monte_carlo)
@@ -156,7 +156,7 @@ def _cached_bound(spec: GridSpec, a: float, b: float, workdir: str) -> dict | No
   if bound is not None:
     logging.info("[%s] theory bound %.4g (+- %.2g) from %d contexts in %.0f s",
                  bound_name(spec.model, a, b), bound["reference"], bound["reference_se"],
-                 spec.bound_samples, time.time() - start)
+                 spec.eval.bound_samples, time.time() - start)
     if hosts.is_writer():
       os.makedirs(os.path.dirname(path), exist_ok=True)
       write_json_atomic(path, bound)
@@ -206,14 +206,14 @@ def train_grid(spec: GridSpec, workdir: str, stop: StopSignals,
   keys = _root_keys(spec.root_seed)
   trainer = grid_trainer(spec)
   sample = jax.jit(spec.problem.sample, static_argnums=1)
-  val_sets = tuple(sample(keys["val"], spec.val_size, a, b) for a, b in spec.problem.spectra)
+  val_sets = tuple(sample(keys["val"], spec.eval.val_size, a, b) for a, b in spec.problem.spectra)
   state, train_time_s = _train_resumably(spec, trainer, val_sets, workdir, stop)
   eval_start = time.time()
   # The states whose evaluations are averaged (spec.stationary_steps): the final one, and
   # before it those training checkpointed in the window. A grid that stopped before
   # max_steps (every model diverged) has no window.
   window = [state.params]
-  if spec.stationary_evals > 1 and int(state.step) == spec.train.max_steps:
+  if spec.eval.stationary_evals > 1 and int(state.step) == spec.train.max_steps:
     window = read_window(spec, trainer, state, workdir, spec.stationary_steps[:-1]) + window
   evaluator = GridEvaluator(trainer)
   if spec.ensemble:
@@ -255,7 +255,7 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
     if hosts.is_writer():
       metrics.drop_after(spec.label, spec.problem.spectra, int(state.step))
     train_time_s = previous_time_s
-    for state, progress in trainer.fit(state, val_sets, spec.eval_chunk_size):
+    for state, progress in trainer.fit(state, val_sets, spec.eval.eval_chunk_size):
       train_time_s = previous_time_s + progress["elapsed_s"]
       per_model = {k: v for k, v in progress.items() if isinstance(v, list)}
       if hosts.is_writer():
@@ -272,7 +272,7 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
                    progress["eta_max_s"], _validation_text(spec, progress["val_loss"]),
                    int(np.sum(progress["converged"])), np.size(progress["converged"]))
       stopping = stop.requested()  # asked once: the checkpoint and the stop agree
-      if (progress["step"] % spec.checkpoint_every == 0 or stopping
+      if (progress["step"] % spec.checkpoint.checkpoint_every == 0 or stopping
           or progress["step"] in spec.stationary_steps):  # the averaged evaluations' states
         checkpoints.save(state, train_time_s=train_time_s)
       if stopping:

@@ -109,7 +109,7 @@ class InitScales:
   W_o = W_y^T / |W_y|^2, so every gain g_j = W_o W_v^j W_y is 1: with an identity
   query/key start and an orthogonal W_x the linear model then starts as L steps of
   gradient descent on the context, of size qk_init_scale^2 L^qk_init_depth_exponent / (d L)
-  each (docs/models.md). The field names are the config's (config.init_scales).
+  each (docs/models.md). The config's `init` group holds these fields by the same names.
   """
   qk_init_scale: float = 1.0
   qk_init_depth_exponent: float = 0.0  # depth L starts at qk_init_scale L^(exponent / 2)

@@ -16,7 +16,7 @@ within one source are kept.
 import json
 import os
 
-from inverse_depth import analysis, records
+from inverse_depth import analysis, config as config_lib, records
 from inverse_depth.files import write_json_atomic
 from inverse_depth.workdir import RESULTS_FILE, SCHEMA_VERSION, read_results
 
@@ -44,7 +44,8 @@ def _check_joinable(results_by_source: dict[str, dict]) -> None:
     raise ValueError(f"joining needs at least two runs; got {len(results_by_source)}")
   (first_name, first), *others = results_by_source.items()
   joinable = JOINABLE_FIELDS
-  if all(r["config"].get("schedule") == "constant" for r in results_by_source.values()):
+  if all(config_lib.flat(r["config"])["schedule"] == "constant"
+         for r in results_by_source.values()):
     joinable = JOINABLE_FIELDS + CONSTANT_RATE_JOINABLE_FIELDS
   for name, results in others:
     differing, only_one = records.config_differences(first["config"], results["config"])
@@ -87,21 +88,20 @@ def join_results(results_by_source: dict[str, dict]) -> dict:
                      if (p["previous"], p["depth"]) in consecutive), key=lambda p: p["depth"])
     bound = next((fit["bound"] for fit in own_fits if fit.get("bound")), None)
     fits.append(analysis.fit_grid(grid_runs, paired, bound))
-  first = next(iter(results_by_source.values()))
-  config = dict(
-      first["config"],
-      depths=sorted({depth for r in results_by_source.values() for depth in r["config"]["depths"]}),
-      max_steps=max(r["config"]["max_steps"] for r in results_by_source.values()),
-      spectra=sorted({tuple(s) for r in results_by_source.values()
-                      for s in r["config"]["spectra"]}))
+  configs = {name: config_lib.flat(r["config"]) for name, r in results_by_source.items()}
+  config = config_lib.nested(dict(
+      next(iter(configs.values())),
+      depths=sorted({depth for c in configs.values() for depth in c["depths"]}),
+      max_steps=max(c["max_steps"] for c in configs.values()),
+      spectra=sorted({tuple(s) for c in configs.values() for s in c["spectra"]})))
   return dict(
       schema_version=SCHEMA_VERSION, config=config, runs=runs, fits=fits,
       wall_time_s=float(sum(r["wall_time_s"] for r in results_by_source.values())),
       backend=",".join(sorted({r["backend"] for r in results_by_source.values()})),
       num_devices=max(r["num_devices"] for r in results_by_source.values()),
-      joined_from=[dict(source=name, config_hash=r["config_hash"], depths=r["config"]["depths"],
-                        spectra=r["config"]["spectra"], max_steps=r["config"]["max_steps"],
-                        wall_time_s=r["wall_time_s"])
+      joined_from=[dict(source=name, config_hash=r["config_hash"],
+                        depths=configs[name]["depths"], spectra=configs[name]["spectra"],
+                        max_steps=configs[name]["max_steps"], wall_time_s=r["wall_time_s"])
                    for name, r in results_by_source.items()])
 
 

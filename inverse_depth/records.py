@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis
+from inverse_depth import analysis, config as config_lib
 from inverse_depth.workdir import RESULTS_FILE, read_results
 
 
@@ -39,9 +39,11 @@ def runs_of(results: dict, fit: dict) -> list[dict]:
 
 
 def kind_config(config: dict, kind: str) -> dict:
-  """A saved config.json as the grids of model kind `kind` ran it: its `model_overrides`
-  applied (config.resolve, on the plain dict a results.json holds)."""
-  return dict(config, **config.get("model_overrides", {}).get(kind, {}))
+  """A saved config.json's fields by name (config.flat) as the grids of model kind `kind` ran
+  them: its `model_overrides` applied (config.resolve, on the plain dict a results.json
+  holds)."""
+  fields = config_lib.flat(config)
+  return dict(fields, **fields["model_overrides"].get(kind, {}))
 
 
 # Config fields two runs may set differently and still be compared model by model: the
@@ -54,8 +56,10 @@ SCHEDULE_COMPARISON_FIELDS = ("max_steps", "depths", "num_seeds", "spectra",
 
 
 def config_differences(first: dict, second: dict) -> tuple[dict, list[str]]:
-  """({field: `field: first -> second`} for every field both configs set differently, the
-  fields only one of them records: added to the config between the two runs)."""
+  """({field: `field: first -> second`} for every field both saved configs set differently,
+  the fields only one of them records: added to the config between the two runs), by field
+  name (config.flat)."""
+  first, second = config_lib.flat(first), config_lib.flat(second)
   differing = {field: f"{field}: {first[field]} -> {second[field]}"
                for field in sorted(first.keys() & second.keys())
                if first[field] != second[field]}
@@ -216,9 +220,10 @@ def ensemble_pairs(results: dict) -> list[tuple[dict, dict]]:
 def column_labels(config: dict, model: str) -> list[str]:
   """Labels of a grid's model columns in metrics.jsonl: its depths (flagged models included),
   or the one-layer members of an ensemble control."""
+  depths = kind_config(config, analysis.model_kind(model))["depths"]
   if analysis.is_ensemble(model):
-    return [f"member {i + 1}" for i in range(max(config["depths"]))]
-  return [f"L={L}" for L in kind_config(config, model)["depths"]]
+    return [f"member {i + 1}" for i in range(max(depths))]
+  return [f"L={L}" for L in depths]
 
 
 def final_selected_mass(metrics: list[dict]) -> dict[tuple, np.ndarray]:

@@ -49,7 +49,7 @@ def one_layer_noise(workdir: str, num_contexts: int, chunk_size: int = 512) -> d
   noise = jax.jit(lambda model, layers, chunk: diagnostics.gradient_noise(
       models.LAYER_PREDICTIONS[spec.model], model, layers, chunk))
   num_seeds = len(spec.seeds)
-  traces = {name: np.zeros((len(trainer.groups), spec.stationary_evals, num_seeds))
+  traces = {name: np.zeros((len(trainer.groups), spec.eval.stationary_evals, num_seeds))
             for name in ("layer", "model")}
   for w, params in enumerate(experiment.window_params(spec, workdir)):
     for replicate in range(len(trainer.replicate_seed)):
@@ -136,7 +136,7 @@ def sweep_rows(workdirs: list[str]) -> list[dict]:
     if os.path.exists(noise_path):
       with open(noise_path) as f:
         predictions = {e["learning_rate"]: e for e in json.load(f)["rates"]}
-    config = results["config"]
+    config = config_lib.flat(results["config"])
     for fit in results["fits"]:
       rate = fit["learning_rate"]
       deepest = _deepest_stationary(results, fit)

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, checks, trajectory
+from inverse_depth import analysis, checks, config as config_lib, trajectory
 
 
 def series_by_depth(metrics_paths: list[str], label: str) -> dict[int, tuple]:
@@ -20,7 +20,7 @@ def series_by_depth(metrics_paths: list[str], label: str) -> dict[int, tuple]:
   out = {}
   for path in metrics_paths:
     with open(os.path.join(os.path.dirname(path), "config.json")) as f:
-      depths = json.load(f)["depths"]
+      depths = config_lib.flat(json.load(f))["depths"]
     with open(path) as f:
       found = trajectory.read_metrics([json.loads(line) for line in f], label)
     for m, depth in enumerate(depths):
@@ -35,7 +35,7 @@ def extrapolate(results: dict, series: dict, from_step: float,
   checks.depth_standard_errors' error (as checks.law_fits takes them); the remaining change
   is the mean over every seed's series (a model flagged for its level still shows how far
   its depth has to go)."""
-  config = results["config"]
+  config = config_lib.flat(results["config"])
   fit = results["fits"][0]
   runs = [r for r in results["runs"] if r["model"] == fit["model"] and not r["diverged"]]
   rows = []

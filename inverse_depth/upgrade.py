@@ -41,6 +41,8 @@ def upgrade(results: dict, made_by: ml_collections.ConfigDict | None = None) -> 
     _every_field_recorded(results)
   if version < 3:
     _to_version_3(results, made_by)
+  if version < 5:
+    _fields_in_groups(results)
   return dict(schema_version=SCHEMA_VERSION, **{k: v for k, v in results.items()
                                                  if k != "schema_version"})
 
@@ -78,6 +80,16 @@ def _every_field_recorded(results: dict) -> None:
       source["config_hash"] = config_lib.config_hash(source_config(source))
   else:
     results["config_hash"] = config_lib.config_hash(config)
+
+
+def _fields_in_groups(results: dict) -> None:
+  """Version 5: the config's fields in their groups (config.nested; the hash, of the fields by
+  name, stays). A run's stored hash is first checked to be its config's."""
+  stored = results.get("config_hash")  # a join has none of its own
+  if stored is not None and config_lib.config_hash(results["config"]) != stored:
+    raise UpgradeError(f"the run's stored config hash {stored} is not its config's "
+                       f"({config_lib.config_hash(results['config'])}): the config was edited")
+  results["config"] = config_lib.nested(results["config"])
 
 
 def _to_version_3(results: dict, made_by) -> None:
@@ -125,7 +137,8 @@ def _copy_regime(config: dict, config_hash: str, made_by) -> None:
 def _recomputed_bound(config: dict, model: str, a: float, b: float, stored: dict) -> dict:
   """experiment.theory_bound of `model`'s grid at (a, b), checked to give the stored
   reference (the upgrade keeps the stored fields and adds the new ones from it)."""
-  spec = next(spec for spec in config_lib.grid_specs(config_lib.from_saved(config))
+  spec = next(spec for spec in config_lib.grid_specs(config_lib.from_saved(
+      config_lib.nested(config)))
               if spec.model == model and not spec.ensemble)
   bound = experiment.theory_bound(spec, a, b)
   difference = abs(bound["reference"] - stored["reference"]) / abs(stored["reference"])

@@ -28,10 +28,12 @@ RESULTS_FILE = "results.json"
 #      joins carry a version too;
 #   4: the config records every field (version 3 left out fields added to the code after the
 #      run, which hashed as absent at the value that reproduces the run), and the config
-#      hashes, the run's and each joined source's, are of every field.
+#      hashes, the run's and each joined source's, are of every field;
+#   5: the config's fields sit in their groups (config.GROUPS: problem, grid, init, train,
+#      eval, checkpoint; the hash, of the fields by name, is unchanged).
 # A results.json of an earlier version is brought to this one by
 # `python -m experiments.upgrade_results` (inverse_depth/upgrade.py), and only there.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class SchemaError(ValueError):
@@ -96,14 +98,16 @@ def check_workdir(config_dict: dict, workdir: str) -> None:
     return
   with open(path) as f:
     saved = json.load(f)
-  current = config_lib.without_labels(json.loads(json.dumps(config_dict)))  # tuples -> lists
-  saved = config_lib.without_labels(saved)
+  current = config_lib.without_labels(config_lib.flat(json.loads(json.dumps(config_dict))))
+  saved = config_lib.without_labels(config_lib.flat(saved))
   differing = sorted(k for k in set(saved) | set(current)
                      if saved.get(k) != current.get(k) and k not in config_lib.RUNTIME_FIELDS)
   if differing:
     raise WorkdirConflict(
-        f"{workdir} holds results of a different config (fields {', '.join(differing)}: "
-        + "; ".join(f"{k} saved {saved.get(k)!r} vs now {current.get(k)!r}" for k in differing)
+        f"{workdir} holds results of a different config (fields "
+        f"{', '.join(map(config_lib.path, differing))}: "
+        + "; ".join(f"{config_lib.path(k)} saved {saved.get(k)!r} vs now {current.get(k)!r}"
+                    for k in differing)
         + "). Choose a new --workdir, or pass --start_over to move the old one aside and "
         "start again.")
 

@@ -35,30 +35,30 @@ def test_shipped_configs_validate(name, arg):
   module = importlib.import_module(f"experiments.configs.{name}")
   config = module.get_config() if arg is None else module.get_config(arg)
   config_lib.validate(config)
-  # The trainer settings and problem can be built from them.
-  settings = config_lib.train_settings(config)
-  assert settings.max_steps % settings.eval_every == 0
-  for model in config_lib.model_names(config):
-    assert config_lib.problem(config, model).P == config.sizes[model].P
+  # Every grid's settings are built from the groups.
+  for spec in config_lib.grid_specs(config):
+    assert spec.train.max_steps % spec.train.eval_every == 0
+    assert spec.problem.P == config.grid.sizes[spec.model].P
 
 
 def _set(**fields):
   """Sets fields, bypassing ConfigDict's own type check (a config file could build the
   dict differently), so that validate() is what must catch the value."""
   def apply(config):
-    with config.unlocked():
-      for name, value in fields.items():
-        del config[name]
-        config[name] = value
+    for name, value in fields.items():
+      group = config[config_lib.GROUP_OF[name]] if name in config_lib.GROUP_OF else config
+      with group.unlocked():
+        del group[name]
+        group[name] = value
   return apply
 
 
 def _set_size(model, **fields):
   def apply(config):
     for name, value in fields.items():
-      with config.sizes[model].unlocked():
-        del config.sizes[model][name]
-        config.sizes[model][name] = value
+      with config.grid.sizes[model].unlocked():
+        del config.grid.sizes[model][name]
+        config.grid.sizes[model][name] = value
   return apply
 
 
@@ -114,30 +114,31 @@ def test_invalid_values_raise_config_error_naming_the_field(field, mutate):
   mutate(config)
   with pytest.raises(config_lib.ConfigError) as info:
     config_lib.validate(config)
-  assert f"config.{field}=" in str(info.value)
+  name, _, rest = field.partition(".")
+  assert f"config.{config_lib.path(name)}{'.' * bool(rest)}{rest}=" in str(info.value)
 
 
 def test_fixed_input_norm_is_set_per_model_kind():
   """A kind whose loss depends on |W_x| may train beside one that holds it fixed; asking it
   to hold |W_x| names the override."""
   config = smoke.get_config()
-  config.model = "softmax,single_stream"
-  config.fixed_input_norm = True
-  config.model_overrides.single_stream = dict(fixed_input_norm=False)
+  config.grid.model = "softmax,single_stream"
+  config.train.fixed_input_norm = True
+  config.model_overrides.single_stream = dict(train=dict(fixed_input_norm=False))
   config_lib.validate(config)
   fixed = {spec.model: spec.train.fixed_input_norm for spec in config_lib.grid_specs(config)}
   assert fixed == {"softmax": True, "single_stream": False}
-  config.model = "softmax,single_stream,linear"
-  config.model_overrides.linear.fixed_input_norm = True
+  config.grid.model = "softmax,single_stream,linear"
+  config.model_overrides.linear = dict(train=dict(fixed_input_norm=True))
   with pytest.raises(config_lib.ConfigError,
-                     match="config.model_overrides.linear.fixed_input_norm=True is invalid"):
+                     match="config.model_overrides.linear.train.fixed_input_norm=True is invalid"):
     config_lib.validate(config)
 
 
 def test_error_message_names_value_and_what_is_allowed():
   config = smoke.get_config()
-  config.task = "top3"
-  with pytest.raises(config_lib.ConfigError, match=r"config.task='top3' is invalid: allowed one "
+  config.problem.task = "top3"
+  with pytest.raises(config_lib.ConfigError, match=r"config.problem.task='top3' is invalid: allowed one "
                      r"of \('top1', 'topk'\)"):
     config_lib.validate(config)
 
@@ -150,13 +151,46 @@ def test_unknown_and_missing_fields_are_refused_by_name():
     config_lib.validate(config)
   config = smoke.get_config()
   config.unlock()
-  del config["patience"]
-  with pytest.raises(config_lib.ConfigError, match="config.patience is missing"):
+  del config.train["patience"]
+  with pytest.raises(config_lib.ConfigError, match="config.train.patience is missing"):
+    config_lib.validate(config)
+  config = smoke.get_config()
+  config.unlock()
+  config.learning_rate = 1e-3  # a field outside its group
+  with pytest.raises(config_lib.ConfigError, match=r"config.learning_rate is not a known field "
+                     r"or group \(it is a field of the train group: config.train.learning_rate\)"):
     config_lib.validate(config)
 
 
-def test_schema_covers_exactly_the_default_fields():
-  assert set(default.get_config().keys()) == set(config_lib.FIELDS)
+def test_schema_covers_exactly_the_default_fields_in_their_groups():
+  config = default.get_config()
+  assert set(config_lib.flat(config)) == set(config_lib.FIELDS)
+  assert {group: set(config[group].keys()) for group in config_lib.GROUPS} == {
+      group: set(names) for group, names in config_lib.GROUPS.items()}
+
+
+def test_flat_fields_and_groups_are_inverse_and_keep_the_hash():
+  config = sgd_generalized.get_config("looped,stationary").to_dict()
+  fields = config_lib.flat(config)
+  assert "learning_rate" in fields and "train" not in fields
+  assert fields["model_overrides"]["single_stream"]["W_y_init_scale"] == 0.25
+  assert config_lib.nested(fields) == config
+  assert config_lib.config_hash(fields) == config_lib.config_hash(config)
+
+
+def test_flat_config_flags_are_mapped_to_their_groups_with_a_message():
+  argv = ["run", "--config=x.py", "--config.learning_rate=0.1", "--config.train.max_steps=40",
+          "--config.model_overrides.linear.depths=(1,2)", "--workdir=w", "--config.seed=3"]
+  mapped, messages = config_lib.map_flat_flags(argv)
+  assert mapped == ["run", "--config=x.py", "--config.train.learning_rate=0.1",
+                    "--config.train.max_steps=40",
+                    "--config.model_overrides.linear.grid.depths=(1,2)", "--workdir=w",
+                    "--config.seed=3"]
+  assert messages == [
+      "--config.learning_rate is now --config.train.learning_rate (config groups: "
+      "inverse_depth/config.py GROUPS); mapped",
+      "--config.model_overrides.linear.depths is now --config.model_overrides.linear.grid."
+      "depths (config groups: inverse_depth/config.py GROUPS); mapped"]
 
 
 def test_scale_names(tmp_path):
@@ -187,10 +221,10 @@ def test_config_arguments_take_key_value_pairs_or_bare_values_in_order():
 def test_a_regime_is_applied_by_name_and_recorded_but_not_hashed():
   config = default.get_config()
   regimes.apply(config, "annealed_adam")
-  assert config.regime == "annealed_adam" and config.optimizer == "adam"
+  assert config.regime == "annealed_adam" and config.train.optimizer == "adam"
   regimes.apply(config, "linear_gradient_descent", model="linear")
   assert config.model_overrides.linear.regime == "linear_gradient_descent"
-  assert config.model_overrides.linear.qk_init_scale == config.sizes.linear.d ** 0.5
+  assert config.model_overrides.linear.init.qk_init_scale == config.grid.sizes.linear.d ** 0.5
   config_lib.validate(config)
   relabelled = config.to_dict()
   relabelled["regime"] = "sgd_law"
@@ -204,7 +238,7 @@ def test_a_regime_is_applied_by_name_and_recorded_but_not_hashed():
 
 
 def test_config_hash_ignores_runtime_fields_only():
-  base = smoke.get_config().to_dict()
+  base = config_lib.flat(smoke.get_config())
   assert config_lib.config_hash(base) == config_lib.config_hash(dict(base, checkpoint_every=1))
   assert config_lib.config_hash(base) != config_lib.config_hash(dict(base, seed=1))
   assert config_lib.config_hash(base) != config_lib.config_hash(dict(base, eval_chunk_size=1))
@@ -219,7 +253,7 @@ def test_a_workdir_whose_config_lacks_a_field_is_refused_naming_it(tmp_path):
   from inverse_depth import workdir
   base = smoke.get_config().to_dict()
   (tmp_path / "config.json").write_text(json.dumps(
-      {k: v for k, v in base.items() if k != "value_init"}))
+      dict(base, init={k: v for k, v in base["init"].items() if k != "value_init"})))
   with pytest.raises(workdir.WorkdirConflict, match="value_init saved None vs now 'random'"):
     workdir.check_workdir(base, str(tmp_path))
 
@@ -230,8 +264,8 @@ def test_config_error_is_a_value_error():
 
 def test_k_larger_than_P_is_allowed_for_top1():
   config = smoke.get_config()
-  config.task = "top1"
-  config.k = 100  # ignored by top1
+  config.problem.task = "top1"
+  config.problem.k = 100  # ignored by top1
   config_lib.validate(config)
 
 
@@ -244,9 +278,9 @@ def _written(workdir):
 
 BAD_COMMAND_LINES = [
     ("unknown-override", "smoke.py", ["--config.not_a_field=1"], ["not_a_field"]),
-    ("invalid-value", "smoke.py", ["--config.k=100"], ["config.k=100", "allowed"]),
-    ("badly-typed", "smoke.py", ["--config.sizes.softmax.d=eight"],
-     ["config.sizes.softmax.d", "eight"]),
+    ("invalid-value", "smoke.py", ["--config.problem.k=100"], ["config.problem.k=100", "allowed"]),
+    ("badly-typed", "smoke.py", ["--config.grid.sizes.softmax.d=eight"],
+     ["config.grid.sizes.softmax.d", "eight"]),
     ("unknown-scale", "default.py:huge", [], ["scale 'huge' does not exist", "smoke"]),
     ("unknown-regime", "smoke.py", ["--config.regime=fast"],
      ["config.regime='fast' is invalid", "sgd_law"]),
@@ -281,7 +315,7 @@ def test_a_workdir_that_is_a_file_gets_a_one_line_error(tmp_path):
 
 
 # Table 1 at the stationary state is four runs (results/README.md): two depth groups (tiers),
-# each split into two spectrum groups by --config.spectra.
+# each split into two spectrum groups by --config.problem.spectra.
 TABLE1_SPLIT = {"a": ((0.0, 0.0), (0.0, 0.25), (0.0, 0.5), (0.0, 1.0)),
                 "b": ((0.25, 0.0), (0.5, 0.0), (1.0, 0.0))}
 
@@ -327,7 +361,7 @@ def _committed(folder):
   module = importlib.import_module(f"experiments.configs.{name}")
   config = module.get_config() if argument is None else module.get_config(argument)
   for override in overrides:
-    config.update(override)
+    config_lib.set_fields(config, override)
   with open(path) as f:
     return json.load(f), config
 

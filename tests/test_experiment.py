@@ -58,16 +58,16 @@ def test_metrics_are_json_lines(experiment_run):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     lines = [json.loads(line) for line in f if line.strip()]
   assert lines
-  num_models = len(config.depths)
+  num_models = len(config.grid.depths)
   for record in lines:
     assert record["model"] in MODELS
-    assert record["step"] % config.eval_every == 0 and 0 < record["step"] <= config.max_steps
+    assert record["step"] % config.train.eval_every == 0 and 0 < record["step"] <= config.train.max_steps
     val = np.asarray(record["val_loss"])
-    assert val.shape == (config.num_seeds, num_models)
+    assert val.shape == (config.grid.num_seeds, num_models)
     assert np.all(np.isfinite(val))
   for model in MODELS:
     steps = [r["step"] for r in lines if r["model"] == model]
-    assert steps == sorted(steps) and steps[0] == config.eval_every
+    assert steps == sorted(steps) and steps[0] == config.train.eval_every
 
 
 def test_results_records(experiment_run):
@@ -75,13 +75,13 @@ def test_results_records(experiment_run):
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   runs = results["runs"]
-  assert len(runs) == len(MODELS) * len(config.depths) * config.num_seeds * len(config.spectra)
+  assert len(runs) == len(MODELS) * len(config.grid.depths) * config.grid.num_seeds * len(config.problem.spectra)
   for r in runs:
     assert RUN_KEYS <= set(r), RUN_KEYS - set(r)
-    assert r["task"] == config.task and r["k"] == config.k
-    assert r["depth"] in config.depths and r["seed"] in range(config.num_seeds)
+    assert r["task"] == config.problem.task and r["k"] == config.problem.k
+    assert r["depth"] in config.grid.depths and r["seed"] in range(config.grid.num_seeds)
     assert r["eval_loss"] > 0 and np.isfinite(r["eval_loss"])
-    assert 0 < r["steps"] <= config.max_steps and r["steps"] % config.eval_every == 0
+    assert 0 < r["steps"] <= config.train.max_steps and r["steps"] % config.train.eval_every == 0
     assert r["diverged"] is False
     assert abs(r["identity_residual"]) <= 1e-9 * r["eval_loss"]
     if r["depth"] == 1:
@@ -92,18 +92,18 @@ def test_results_records(experiment_run):
       np.testing.assert_allclose(r["eval_loss"], r["C"] + (r["A"] - r["C"]) / r["depth"],
                                  rtol=1e-9)
   assert {(r["model"], r["depth"], r["seed"]) for r in runs} == {
-      (m, L, s) for m in MODELS for L in config.depths
-      for s in range(config.num_seeds)}
+      (m, L, s) for m in MODELS for L in config.grid.depths
+      for s in range(config.grid.num_seeds)}
   # Each model's own token-by-token forward pass (modules.py) against C + (A - C)/L from
   # the trainer's packed layer predictors: two code paths, so this identity can fail.
   identity = checks.identity_from_forward(runs)
   assert identity.passed, identity.text
 
   fits = results["fits"]
-  assert len(fits) == len(MODELS) * len(config.spectra)
+  assert len(fits) == len(MODELS) * len(config.problem.spectra)
   for fit in fits:
     assert FIT_KEYS <= set(fit), FIT_KEYS - set(fit)
-    assert fit["depths"] == list(config.depths)
+    assert fit["depths"] == list(config.grid.depths)
     mine = [r for r in runs if r["model"] == fit["model"]]
     for depth, loss in zip(fit["depths"], fit["losses"]):
       np.testing.assert_allclose(
@@ -121,11 +121,11 @@ def test_report_has_depth_table(experiment_run):
   assert text.startswith("# inverse-depth report")
   assert "| depth | R_L" in text
   for model in MODELS:
-    assert f"## {model}, top-{config.k}" in text
+    assert f"## {model}, top-{config.problem.k}" in text
   depth_tables = text.split("## Selection error")[0]  # its rows are percentiles, not depths
   table_rows = [line for line in depth_tables.splitlines() if line.startswith("| ")]
   scored = [model for model in MODELS if model in models.FIXED_INPUT_SCORING]
-  for depth in config.depths:
+  for depth in config.grid.depths:
     # One row per depth in each grid's table, and in its scoring-geometry table.
     assert sum(line.startswith(f"| {depth} | ") for line in table_rows) == (len(MODELS)
                                                                            + len(scored))
@@ -221,7 +221,7 @@ def test_report_from_synthetic_results(tmp_path, depths):
   """write_report works for any valid config, including a single depth
   (config.validate accepts depths=(1,))."""
   config = smoke.get_config()
-  config.depths = depths
+  config.grid.depths = depths
   runs = _synthetic_runs(depths)
   fits = [analysis.fit_grid([r for r in runs if r["model"] == m]) for m in ("softmax", "linear")]
   results = dict(schema_version=SCHEMA_VERSION, runs=runs, fits=fits, config=config.to_dict(), wall_time_s=1.0, backend="cpu",
@@ -261,7 +261,7 @@ def test_smoke_config_through_the_entrypoint(tmp_path):
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   config = smoke.get_config()
-  assert len(results["runs"]) == 2 * len(config.depths) * config.num_seeds
+  assert len(results["runs"]) == 2 * len(config.grid.depths) * config.grid.num_seeds
   assert {r["model"] for r in results["runs"]} == {"softmax", "linear"}
   assert all(abs(r["identity_residual"]) <= 1e-9 * r["eval_loss"] for r in results["runs"])
   with open(os.path.join(workdir, "report.md")) as f:
@@ -282,9 +282,10 @@ def test_workdir_guard_refuses_a_different_config(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
   experiment.check_workdir(config.to_dict(), str(tmp_path))
   changed = smoke.get_config()
-  changed.sizes.softmax.P = 16
-  changed.learning_rate = 0.01
-  with pytest.raises(experiment.WorkdirConflict, match=r"fields learning_rate, sizes"):
+  changed.grid.sizes.softmax.P = 16
+  changed.train.learning_rate = 0.01
+  with pytest.raises(experiment.WorkdirConflict,
+                     match=r"fields train.learning_rate, grid.sizes: train.learning_rate saved"):
     experiment.check_workdir(changed.to_dict(), str(tmp_path))
 
 
@@ -390,22 +391,22 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
   key, same stream: a model in a grid equals the model alone), and its depth-L record is
   the average of L one-layer models, for which the identity holds."""
   config = tiny.tiny_config()
-  config.ensemble_control = True
-  config.outlier_factor = 1.0 + 1e-9  # barely trained members: above the bound, outliers
+  config.grid.ensemble_control = True
+  config.eval.outlier_factor = 1.0 + 1e-9  # barely trained members: above the bound, outliers
   results = experiment.run(config, str(tmp_path))
   joint = {(r["depth"], r["seed"]): r for r in results["runs"] if r["model"] == "softmax"}
   ensemble = {(r["depth"], r["seed"]): r for r in results["runs"]
               if r["model"] == "softmax-ensemble"}
   assert set(ensemble) == set(joint)
-  for seed in range(config.num_seeds):
+  for seed in range(config.grid.num_seeds):
     assert ensemble[(1, seed)]["eval_loss"] == pytest.approx(joint[(1, seed)]["eval_loss"],
                                                              rel=1e-6)
   for r in ensemble.values():
     assert abs(r["identity_residual"]) <= 1e-9 * r["eval_loss"]
   # Member m is packed layer m, judged on its own loss: members 0 and 1 have losses A_1 and
   # 2 A_2 - A_1; a view lists exactly the outliers among its first L members.
-  deepest = max(config.depths)
-  outliers = [(seed, m) for seed in range(config.num_seeds)
+  deepest = max(config.grid.depths)
+  outliers = [(seed, m) for seed in range(config.grid.num_seeds)
               for m in ensemble[(deepest, seed)]["outlier_members"]]
   assert outliers
   checked = 0
@@ -415,7 +416,7 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
       assert member["loss"] == pytest.approx((A_1, 2 * A_2 - A_1)[member["member"]], rel=1e-9)
       checked += 1
     assert member["loss"] > member["limit"]
-    for L in config.depths:
+    for L in config.grid.depths:
       listed = [m["member"] for m in ensemble[(L, seed)]["outlier_members"]]
       assert (member["member"] in listed) == (member["member"] < L)
       assert ensemble[(L, seed)]["flagged"] == bool(listed)
@@ -423,7 +424,7 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
   assert "softmax-ensemble" in open(run_report.write_report(str(tmp_path))).read()
   with open(tmp_path / "metrics.jsonl") as f:
     widths = {(r["model"], len(r["val_loss"][0])) for r in map(json.loads, f)}
-  assert widths == {("softmax", len(config.depths)), ("softmax-ensemble", max(config.depths))}
+  assert widths == {("softmax", len(config.grid.depths)), ("softmax-ensemble", max(config.grid.depths))}
 
 
 def test_results_record_their_schema_and_provenance(experiment_run):

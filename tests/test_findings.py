@@ -30,7 +30,7 @@ def test_a_root_without_results_reports_every_row_not_run(tmp_path):
 
 def test_regime_names_are_read_from_the_config_not_guessed():
   """A regime is the name the config recorded, per model kind, whatever its optimizer."""
-  config = dict(regime="sgd_stationary", optimizer="adam", schedule="cosine",
+  config = dict(regime="sgd_stationary", train=dict(optimizer="adam", schedule="cosine"),
                 model_overrides=dict(linear=dict(regime="linear_gradient_descent")))
   assert findings.regime_name(config) == "`sgd_stationary`"
   assert findings.regime_name(config, "linear") == "`linear_gradient_descent`"

@@ -407,26 +407,26 @@ def test_grid_trainer_trains_a_chunk(model):
 
 def test_config_sizes_needed_for_listed_kinds_only_and_loop_group_reaches_the_grid():
   config = smoke.get_config()
-  config.model = "softmax,looped"
-  config.loop_group = 4
-  config.sizes.looped.update(d=4, P=8, N=8)
+  config.grid.model = "softmax,looped"
+  config.grid.loop_group = 4
+  config.grid.sizes.looped.update(d=4, P=8, N=8)
   config_lib.validate(config)
   specs = {spec.model: spec for spec in config_lib.grid_specs(config)}
   assert specs["looped"].loop_group == 4 and specs["looped"].problem.P == 8
-  with config.sizes.unlocked():
-    del config.sizes["looped"]
-  with pytest.raises(config_lib.ConfigError, match=r"config.sizes=.*'looped'"):
+  with config.grid.sizes.unlocked():
+    del config.grid.sizes["looped"]
+  with pytest.raises(config_lib.ConfigError, match=r"config.grid.sizes=.*'looped'"):
     config_lib.validate(config)
-  config.model = "softmax"  # entries for unlisted kinds (linear here) are allowed
+  config.grid.model = "softmax"  # entries for unlisted kinds (linear here) are allowed
   config_lib.validate(config)
-  with config.sizes.unlocked():
-    config.sizes.sofmax = dict(d=4, P=8, N=8)  # but not for kinds that do not exist
-  with pytest.raises(config_lib.ConfigError, match="config.sizes="):
+  with config.grid.sizes.unlocked():
+    config.grid.sizes.sofmax = dict(d=4, P=8, N=8)  # but not for kinds that do not exist
+  with pytest.raises(config_lib.ConfigError, match="config.grid.sizes="):
     config_lib.validate(config)
-  with config.sizes.unlocked():
-    del config.sizes["sofmax"]
-  config.loop_group = -1
-  with pytest.raises(config_lib.ConfigError, match="config.loop_group=-1"):
+  with config.grid.sizes.unlocked():
+    del config.grid.sizes["sofmax"]
+  config.grid.loop_group = -1
+  with pytest.raises(config_lib.ConfigError, match="config.grid.loop_group=-1"):
     config_lib.validate(config)
 
 
@@ -450,7 +450,7 @@ def test_generalized_configs_run_end_to_end(generalized_root):
   assert list(found) == [name for name, _, _ in generalized_report.RUNS]
   for results in found.values():
     config = results["config"]
-    assert {f["model"] for f in results["fits"]} == set(config["model"].split(","))
+    assert {f["model"] for f in results["fits"]} == set(config["grid"]["model"].split(","))
     for record in results["runs"]:
       assert ("m" in record) == (record["model"] == "context_updates")
       assert ("m_effective" in record) == (record["model"] == "context_updates")
@@ -474,8 +474,8 @@ def test_context_updates_without_diagnostic_contexts(tmp_path):
   carry no diagnostic computed on contexts."""
   module = importlib.import_module("experiments.configs.generalized")
   config = tiny.shrunk(module.get_config("m_start"))
-  config.model = "context_updates"
-  config.model_overrides.context_updates.diagnostic_size = 0
+  config.grid.model = "context_updates"
+  config.model_overrides.context_updates.eval.diagnostic_size = 0
   results = experiment.run(config, str(tmp_path / "run"))
   for record in results["runs"]:
     assert np.isfinite(record["m"]) and np.isfinite(record["m_effective"])
@@ -625,7 +625,7 @@ def test_every_sgd_regime_variant_validates_and_trains_its_kinds():
   for name, _, argument in generalized_report.SGD_RUNS:
     config = module.get_config(argument)
     config_lib.validate(config)
-    assert (config.optimizer, config.schedule) == ("sgd", "constant")
+    assert (config.train.optimizer, config.train.schedule) == ("sgd", "constant")
     kinds[name] = {spec.model: spec for spec in config_lib.grid_specs(config)}
   for key, _, model, _ in claims.APPENDIX_C:
     run, control = claims.APPENDIX_C_RUNS[claims.SGD_GENERALIZED][key]
@@ -640,5 +640,5 @@ def test_every_sgd_regime_variant_validates_and_trains_its_kinds():
   # half of the run.
   for tier in ("short", "short16"):
     config = module.get_config(f"context_updates,{tier}")
-    assert config.stationary_evals * config.eval_every == config.max_steps // 2
+    assert config.eval.stationary_evals * config.train.eval_every == config.train.max_steps // 2
   assert module.get_config("context_updates,short16").depths[-1] == 16

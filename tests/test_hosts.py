@@ -34,7 +34,7 @@ def _start(workdir: str, num_processes: int, *overrides: str) -> list[subprocess
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES // num_processes}")
   command = [sys.executable, "-m", "experiments.run", "--config=experiments/configs/smoke.py",
-             f"--workdir={workdir}", "--config.model=softmax", *overrides]
+             f"--workdir={workdir}", "--config.grid.model=softmax", *overrides]
   if num_processes == 1:
     return [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)]
@@ -70,7 +70,7 @@ def _assert_same_models(got: dict, want: dict) -> None:
                                rtol=1e-5, atol=1e-7, err_msg=field)
 
 
-SHORT = ("--config.max_steps=40",)  # two evaluations: the suite's time goes to start-up
+SHORT = ("--config.train.max_steps=40",)  # two evaluations: the suite's time goes to start-up
 
 
 @pytest.mark.slow  # ~75 s: three process start-ups and compiles, gloo collectives
@@ -93,8 +93,8 @@ def test_two_processes_write_one_workdir_matching_one_process(tmp_path):
 def test_an_interrupted_two_process_run_resumes(tmp_path):
   """SIGTERM reaches process 1 only; both processes checkpoint the same step and stop
   (exit 143); the same two commands again resume and finish as one uninterrupted process."""
-  overrides = ("--config.max_steps=400", "--config.checkpoint_every=1000000",
-               "--config.patience=1000000")
+  overrides = ("--config.train.max_steps=400", "--config.checkpoint.checkpoint_every=1000000",
+               "--config.train.patience=1000000")
   want = _run(str(tmp_path / "one"), 1, *overrides)
   workdir = str(tmp_path / "two")
   processes = _start(workdir, 2, *overrides)
@@ -108,7 +108,7 @@ def test_an_interrupted_two_process_run_resumes(tmp_path):
   ended = _finish(processes)
   assert [returncode for returncode, _ in ended] == [128 + signal.SIGTERM] * 2, ended
   config = smoke.get_config()
-  config.model = "softmax"
+  config.grid.model = "softmax"
   grid = grid_specs(config)[0].name
   saved = os.listdir(os.path.join(workdir, "checkpoints", grid))
   assert len(saved) == 1 and int(saved[0]) < 400

@@ -7,12 +7,17 @@ import sys
 
 import pytest
 
-from inverse_depth import joined
+from inverse_depth import config as config_lib, joined
 from tests import REPO
 
 # What a fit record holds that does not depend on pairing across the split.
 FIT_FIELDS = ("L0", "L0_se", "c", "c_se", "alpha", "alpha_se", "r2", "depths", "losses",
               "shared_error", "disagreement", "resolved")
+
+
+def _with(config: dict, **fields) -> dict:
+  """A saved config with `fields` (by name) changed."""
+  return config_lib.nested(dict(config_lib.flat(config), **fields))
 
 
 def _split_by_depth(results: dict, shallow_depths: tuple) -> dict[str, dict]:
@@ -21,11 +26,11 @@ def _split_by_depth(results: dict, shallow_depths: tuple) -> dict[str, dict]:
   parts = {}
   for name, keep in (("shallow", lambda d: d in shallow_depths),
                      ("deep", lambda d: d not in shallow_depths)):
-    depths = [d for d in results["config"]["depths"] if keep(d)]
+    depths = [d for d in config_lib.flat(results["config"])["depths"] if keep(d)]
     fits = [dict(fit, paired_differences=[
         p for p in fit["paired_differences"] if keep(p["depth"]) and keep(p["previous"])])
             for fit in results["fits"]]
-    parts[name] = dict(results, config=dict(results["config"], depths=depths), fits=fits,
+    parts[name] = dict(results, config=_with(results["config"], depths=depths), fits=fits,
                        runs=[r for r in results["runs"] if keep(r["depth"])])
   return parts
 
@@ -39,7 +44,7 @@ def tiny_results(tiny_run):
 def test_joining_a_run_split_by_depth_gives_back_its_fits(tiny_results):
   parts = _split_by_depth(tiny_results, (1, 2))
   union = joined.join_results(parts)
-  assert union["config"]["depths"] == tiny_results["config"]["depths"]
+  assert union["config"]["grid"]["depths"] == tiny_results["config"]["grid"]["depths"]
   assert len(union["runs"]) == len(tiny_results["runs"])
   assert {r["source"] for r in union["runs"] if r["depth"] == 4} == {"deep"}
   assert [s["source"] for s in union["joined_from"]] == ["shallow", "deep"]
@@ -54,7 +59,7 @@ def test_joining_a_run_split_by_depth_gives_back_its_fits(tiny_results):
 
 def test_join_refuses_a_regime_change_and_a_model_twice(tiny_results):
   parts = _split_by_depth(tiny_results, (1, 2))
-  parts["deep"]["config"] = dict(parts["deep"]["config"], learning_rate=1.0)
+  parts["deep"]["config"] = _with(parts["deep"]["config"], learning_rate=1.0)
   with pytest.raises(ValueError, match="learning_rate"):
     joined.join_results(parts)
   with pytest.raises(ValueError, match="in both"):
@@ -69,15 +74,15 @@ def test_per_depth_step_budgets_join_only_at_a_constant_rate(tiny_results, sched
   depend on max_steps; under a decaying schedule a longer run is another regime."""
   parts = _split_by_depth(tiny_results, (1, 2))
   for part in parts.values():
-    part["config"] = dict(part["config"], schedule=schedule)
-  deep = parts["deep"]["config"]
-  parts["deep"]["config"] = dict(deep, max_steps=2 * deep["max_steps"])
+    part["config"] = _with(part["config"], schedule=schedule)
+  deep = parts["deep"]["config"]["train"]
+  parts["deep"]["config"] = _with(parts["deep"]["config"], max_steps=2 * deep["max_steps"])
   if schedule == "cosine":
     with pytest.raises(ValueError, match="max_steps"):
       joined.join_results(parts)
     return
   union = joined.join_results(parts)
-  assert union["config"]["max_steps"] == 2 * deep["max_steps"]
+  assert union["config"]["train"]["max_steps"] == 2 * deep["max_steps"]
   assert [s["max_steps"] for s in union["joined_from"]] == [deep["max_steps"],
                                                            2 * deep["max_steps"]]
 

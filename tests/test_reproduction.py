@@ -41,12 +41,12 @@ def test_unknown_tier_is_refused_naming_the_allowed_ones():
 
 def test_model_override_of_a_table_field_is_refused():
   config = _config("table1")
-  config.model_overrides.linear.k = 16
-  with pytest.raises(ConfigError, match="model_overrides.linear.k"):
+  config.model_overrides.linear.problem = dict(k=16)
+  with pytest.raises(ConfigError, match="model_overrides.linear.problem.k"):
     config_lib.validate(config)
   config = _config("table1")
-  config.model_overrides.linear.learning_rate = -1.0
-  with pytest.raises(ConfigError, match="model_overrides.linear.learning_rate"):
+  config.model_overrides.linear.train.learning_rate = -1.0
+  with pytest.raises(ConfigError, match="model_overrides.linear.train.learning_rate"):
     config_lib.validate(config)
 
 
@@ -192,7 +192,8 @@ def test_reproduce_entrypoint_runs_the_chosen_runs_and_writes_the_report(tmp_pat
 def test_column_labels_follow_the_grid_layout():
   """metrics.jsonl columns are a grid's depths (its own when model_overrides sets them) or,
   for an ensemble control, its max(depths) one-layer members."""
-  config = dict(depths=[1, 2, 4], model_overrides=dict(linear=dict(depths=[1, 2])))
+  config = dict(grid=dict(depths=[1, 2, 4]),
+                model_overrides=dict(linear=dict(grid=dict(depths=[1, 2]))))
   assert records.column_labels(config, "softmax") == ["L=1", "L=2", "L=4"]
   assert records.column_labels(config, "linear") == ["L=1", "L=2"]
   assert records.column_labels(config, "softmax-ensemble") == [
@@ -251,7 +252,7 @@ def test_longer_training_entrypoint_pairs_each_model_with_its_longer_trained_sel
     long = json.load(f)
   rng = np.random.default_rng(0)
   short = json.loads(json.dumps(long))
-  short["config"]["max_steps"] = 12000
+  short["config"]["train"]["max_steps"] = 12000
   for run in short["runs"]:
     run["eval_loss"] += float(rng.uniform(0.001, 0.01))
   dirs = {}
@@ -285,8 +286,8 @@ def test_longer_training_pairs_a_run_of_one_spectrum_with_a_grid_of_several(tmp_
   clean_others = [r for r in analysis.clean_runs(results["runs"]) if r not in kept]
   results["runs"] = kept
   results["fits"] = [f for f in results["fits"] if (f["a"], f["b"]) == (0.0, 0.25)]
-  results["config"]["spectra"] = [[0.0, 0.25]]
-  results["config"]["max_steps"] = 24000
+  results["config"]["problem"]["spectra"] = [[0.0, 0.25]]
+  results["config"]["train"]["max_steps"] = 24000
   (tmp_path / "long").mkdir()
   (tmp_path / "long" / "results.json").write_text(json.dumps(results))
   _longer_training(tmp_path).check_returncode()
@@ -302,7 +303,7 @@ def test_longer_training_refuses_runs_that_differ_in_more_than_the_schedule(tmp_
     results = json.load(f)
   for name, rate in (("short", 1e-3), ("long", 3e-3)):
     (tmp_path / name).mkdir()
-    results["config"]["learning_rate"] = rate
+    results["config"]["train"]["learning_rate"] = rate
     (tmp_path / name / "results.json").write_text(json.dumps(results))
   proc = _longer_training(tmp_path)
   assert proc.returncode != 0 and "learning_rate: 0.001 -> 0.003" in proc.stderr

@@ -69,8 +69,8 @@ def crashed_workdir(tmp_path_factory):
 def test_checksum_sees_one_changed_bit():
   """The fallback relies on state_checksum catching any change of the state's bytes."""
   config = tiny.tiny_config()
-  trainer = GridTrainer("softmax", config_lib.problem(config, "softmax"), (1, 2), (0,),
-                        config_lib.train_settings(config), N=config_lib.width(config, "softmax"),
+  spec = config_lib.grid_specs(config)[0]
+  trainer = GridTrainer("softmax", spec.problem, (1, 2), (0,), spec.train, N=spec.N,
                         init_scales=InitScales(),
                         init_key=jax.random.key(0), data_key=jax.random.key(1))
   state = trainer.init_state()
@@ -204,7 +204,7 @@ def test_a_diverging_member_is_marked_and_leaves_the_others_unchanged(tiny_run, 
 
 def _start(workdir, *overrides):
   command = [sys.executable, "-m", "experiments.run", "--config=experiments/configs/smoke.py",
-             f"--workdir={workdir}", "--config.model=softmax", *overrides]
+             f"--workdir={workdir}", "--config.grid.model=softmax", *overrides]
   return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
 
@@ -224,8 +224,8 @@ def test_signal_writes_a_checkpoint_then_exits(tmp_path, signum):
   """Periodic checkpoints are off (checkpoint_every = max_steps), so a checkpoint at the
   step where it stopped can only come from the signal."""
   workdir = str(tmp_path / "run")
-  proc = _start(workdir, "--config.max_steps=1000000", "--config.checkpoint_every=1000000",
-                "--config.patience=1000000")  # no model converges before the signal
+  proc = _start(workdir, "--config.train.max_steps=1000000", "--config.checkpoint.checkpoint_every=1000000",
+                "--config.train.patience=1000000")  # no model converges before the signal
   _wait_for(lambda: os.path.exists(os.path.join(workdir, "metrics.jsonl"))
             and os.path.getsize(os.path.join(workdir, "metrics.jsonl")) > 0, 300, proc)
   proc.send_signal(signum)
@@ -241,7 +241,7 @@ def test_signal_writes_a_checkpoint_then_exits(tmp_path, signum):
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(tmp_path):
   """The smoke config (softmax, 2000 steps so there is training left to kill), killed
   with SIGKILL once its step-200 checkpoint exists, then rerun with the same command."""
-  overrides = ("--config.max_steps=2000",)
+  overrides = ("--config.train.max_steps=2000",)
   straight = _start(str(tmp_path / "straight"), *overrides)
   assert straight.wait(timeout=1800) == 0, straight.communicate()[1][-3000:]
 
@@ -271,11 +271,11 @@ def test_runtime_fields_may_change_on_a_rerun(tiny_run, tmp_path, monkeypatch):
   workdir = _copy(tiny_run["workdir"], tmp_path)
   monkeypatch.setattr(experiment, "GridTrainer", None)  # any training attempt would fail
   config = tiny.tiny_config()
-  config.checkpoint_every = 40
-  config.checkpoints_to_keep = 5
+  config.checkpoint.checkpoint_every = 40
+  config.checkpoint.checkpoints_to_keep = 5
   results = experiment.run(config, workdir)
   assert _numbers(results) == _numbers(tiny_run["results"])
-  config.eval_chunk_size = 128
+  config.eval.eval_chunk_size = 128
   with pytest.raises(experiment.WorkdirConflict, match="eval_chunk_size"):
     experiment.run(config, workdir)
 
@@ -284,7 +284,7 @@ def test_guard_refuses_a_changed_config_and_start_over_moves_the_old_run_aside(
     tiny_run, tmp_path, monkeypatch):
   workdir = _copy(tiny_run["workdir"], tmp_path)
   changed = tiny.tiny_config()
-  changed.learning_rate = 0.01
+  changed.train.learning_rate = 0.01
   with pytest.raises(experiment.WorkdirConflict, match="learning_rate.*--start_over"):
     experiment.run(changed, workdir)
 

@@ -168,8 +168,8 @@ def test_the_noise_prediction_reads_the_window_of_a_finished_run(window_run):
     written, = json.load(f)["rates"]
   config = window_config()
   assert written["predicted_c"] == pytest.approx(theory.sgd_stationary_excess(
-      written["trace_layer"], learning_rate=config.learning_rate, momentum=config.momentum,
-      batch_size=config.batch_size))
+      written["trace_layer"], learning_rate=config.train.learning_rate, momentum=config.train.momentum,
+      batch_size=config.train.batch_size))
   assert written["fitted_c"] == results["fits"][0]["c"]
   assert "| c (depth term) |" in open(path).read()
 

@@ -15,10 +15,18 @@ ADDED_BY_VERSION_4 = {"value_init": "random", "W_y_init_scale": 1.0, "stationary
                       "stationarity_z": 3.0, "rate_factors": [1.0], "fixed_input_norm": False}
 
 
-def _as_schema_3(results: dict) -> dict:
-  """`results` as a version-3 file held it: the config without the fields version 4 added
-  (where at their earlier value), hashed without them."""
+def _as_schema_4(results: dict) -> dict:
+  """`results` as a version-4 file held it: the config's fields by name, not in groups."""
   old = json.loads(json.dumps(results))  # as read from disk: no shared records
+  old["schema_version"] = 4
+  old["config"] = config_lib.flat(old["config"])
+  return old
+
+
+def _as_schema_3(results: dict) -> dict:
+  """`results` as a version-3 file held it: the version-4 config without the fields version 4
+  added (where at their earlier value), hashed without them."""
+  old = _as_schema_4(results)
   old["schema_version"] = 3
   for field, value in ADDED_BY_VERSION_4.items():
     assert old["config"][field] == value, field
@@ -42,7 +50,7 @@ def _as_schema_1(results: dict) -> dict:
 
 def test_readers_refuse_an_earlier_schema_naming_the_upgrade(tiny_run, tmp_path):
   (tmp_path / "results.json").write_text(json.dumps(_as_schema_1(tiny_run["results"])))
-  with pytest.raises(workdir.SchemaError, match="schema version 1, this code reads 4: run "
+  with pytest.raises(workdir.SchemaError, match="schema version 1, this code reads 5: run "
                      f"python -m experiments.upgrade_results --results={tmp_path}"):
     workdir.read_results(str(tmp_path))
 
@@ -59,6 +67,19 @@ def test_a_version_1_file_upgrades_to_what_the_run_writes_today(tiny_run):
       json.dumps(json.loads(json.dumps(results)), sort_keys=True))
 
 
+def test_a_version_4_file_gets_its_fields_in_groups_with_the_same_hash(tiny_run):
+  results = tiny_run["results"]
+  old = _as_schema_4(results)
+  assert "learning_rate" in old["config"] and old["config_hash"] == results["config_hash"]
+  assert json.dumps(upgrade.upgrade(old), sort_keys=True) == json.dumps(
+      json.loads(json.dumps(results)), sort_keys=True)
+  edited = _as_schema_4(results)
+  edited["config"]["learning_rate"] *= 2
+  with pytest.raises(upgrade.UpgradeError, match="the run's stored config hash .* is not its "
+                     "config's"):
+    upgrade.upgrade(edited)
+
+
 def test_a_version_3_file_gets_every_field_and_hash_as_the_run_writes_today(tiny_run):
   results = tiny_run["results"]
   upgraded = upgrade.upgrade(_as_schema_3(results))
@@ -70,15 +91,17 @@ def test_a_version_3_join_gets_each_source_hash_of_every_field(tiny_run):
   """A join has no hash of its own; each source's is recomputed from the joined config at the
   source's depths, after the stored one is checked under version 3's rule."""
   results = json.loads(json.dumps(tiny_run["results"]))
-  depths = results["config"]["depths"]
+  fields = config_lib.flat(results["config"])
+  depths = fields["depths"]
   parts = {}
   for name, part_depths in (("shallow", depths[:1]), ("deep", depths[1:])):
-    config = dict(results["config"], depths=part_depths)
+    config = config_lib.nested(dict(fields, depths=part_depths))
     parts[name] = dict(results, config=config, config_hash=config_lib.config_hash(config),
                        runs=[run for run in results["runs"] if run["depth"] in part_depths])
   union = json.loads(json.dumps(joined.join_results(parts)))
   old = json.loads(json.dumps(union))
   old["schema_version"] = 3
+  old["config"] = config_lib.flat(old["config"])
   for field in ADDED_BY_VERSION_4:
     del old["config"][field]
   for source in old["joined_from"]:

@@ -3,6 +3,7 @@
 import math
 
 from experiments.configs import smoke
+from inverse_depth import config as config_lib
 
 MODELS = ("softmax",)
 
@@ -16,17 +17,17 @@ def tiny_config():
   the slow entrypoint tests (the unmodified smoke config).
   """
   config = smoke.get_config()
-  config.model = ",".join(MODELS)
-  config.max_steps = 60
-  config.eval_every = 20
-  config.checkpoint_every = 20
-  config.checkpoints_to_keep = 2  # three saves: the oldest is rotated out
-  config.microbatch_size = WHOLE_BATCH
+  config.grid.model = ",".join(MODELS)
+  config.train.max_steps = 60
+  config.train.eval_every = 20
+  config.checkpoint.checkpoint_every = 20
+  config.checkpoint.checkpoints_to_keep = 2  # three saves: the oldest is rotated out
+  config.train.microbatch_size = WHOLE_BATCH
   # One set size for validation and evaluation: their samplers and the evaluation
   # share compilations.
-  config.val_size = 256
-  config.eval_size = 256
-  config.eval_chunk_size = 256
+  config.eval.val_size = 256
+  config.eval.eval_size = 256
+  config.eval.eval_chunk_size = 256
   return config
 
 
@@ -43,12 +44,12 @@ SHRUNK = dict(depths=(1, 2), num_seeds=1, max_steps=10, eval_every=5, checkpoint
 def shrunk(config):
   """A shipped config at toy sizes (d = 4 attention / 8 linear, P = 32, 10 steps), every
   model kind, spectrum and per-kind override kept."""
-  config.update(SHRUNK)
-  for model, sizes in config.sizes.items():
+  config_lib.set_fields(config, SHRUNK)
+  for model, sizes in config.grid.sizes.items():
     sizes.update(d=8 if model == "linear" else 4, P=32, N=8)
   for model, overrides in config.model_overrides.items():
     if overrides:
-      overrides.update(SHRUNK, batch_size=16)
-      if overrides.get("value_init") == "identity":  # keep the gradient-descent start's unit step
-        overrides.qk_init_scale = math.sqrt(config.sizes[model].d)
+      config_lib.set_fields(overrides, dict(SHRUNK, batch_size=16))
+      if overrides.get("init", {}).get("value_init") == "identity":  # the unit-step start
+        overrides.init.qk_init_scale = math.sqrt(config.grid.sizes[model].d)
   return config

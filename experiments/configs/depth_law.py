@@ -13,7 +13,7 @@ scale 0.3 (initial logits of sd 0.5, so no layer starts saturated on the wrong t
 identity start gives the same depth-1 loss and a higher loss at every depth > 1:
 docs/notes/annealed_adam.md). About 57 minutes on 2 CPU cores to itself. Committed results:
 results/depth_law/.
-`--config.ensemble_control=True` adds the ensemble control (per seed, 64 one-layer models on
+`--config.grid.ensemble_control=True` adds the ensemble control (per seed, 64 one-layer models on
 the seed's training stream, averaged after training; about twice the main grid's time); it
 was measured at 3e-3 (docs/notes/annealed_adam.md).
 """
@@ -25,15 +25,15 @@ def get_config(argument: str | None = None):
   arguments.parse(argument)
   config = default.get_config()
   regimes.apply(config, "annealed_adam")
-  config.model = "softmax"
-  config.sizes.softmax.update(d=16, P=128, N=32)
-  config.depths = (1, 2, 4, 8, 16, 32, 64)
-  config.num_seeds = 3
-  config.max_steps = 24000
-  config.checkpoint_every = 500
-  config.val_size = 2048
-  config.eval_size = 100_000
-  config.eval_chunk_size = 4096
-  config.bound_samples = 200_000
-  config.ensemble_control = False
+  config.grid.model = "softmax"
+  config.grid.sizes.softmax.update(d=16, P=128, N=32)
+  config.grid.depths = (1, 2, 4, 8, 16, 32, 64)
+  config.grid.num_seeds = 3
+  config.train.max_steps = 24000
+  config.checkpoint.checkpoint_every = 500
+  config.eval.val_size = 2048
+  config.eval.eval_size = 100_000
+  config.eval.eval_chunk_size = 4096
+  config.eval.bound_samples = 200_000
+  config.grid.ensemble_control = False
   return config

@@ -11,14 +11,16 @@ the difficult task.
 """
 
 from experiments.configs import tables
+from inverse_depth import config as config_lib
 
 
 def get_config(argument: str | None = None):
   tier = tables.parse_tier(argument)
   config = tables.base(tier, "softmax,linear", "top1", 1, ((0.0, 0.0),),
                        softmax_regime="adam_cosine_identity")
-  config.depths = (1, 2, 4)
-  config.max_steps = 1000 if tier == "cpu" else 4000
-  config.bound_samples = 0  # the bounds are for the difficult task
-  config.model_overrides.linear.update(depths=(1, 2, 4), max_steps=300, bound_samples=0)
+  config.grid.depths = (1, 2, 4)
+  config.train.max_steps = 1000 if tier == "cpu" else 4000
+  config.eval.bound_samples = 0  # the bounds are for the difficult task
+  config_lib.set_fields(config.model_overrides.linear,
+                        dict(depths=(1, 2, 4), max_steps=300, bound_samples=0))
   return config

@@ -54,21 +54,22 @@ def get_config(argument: str | None = None):
   # depth_law_top16 in depth_law.py's regime; the others in the one their runs were made in
   regimes.apply(config, "annealed_adam" if variant == "depth_law_top16"
                 else "adam_cosine_identity")
-  config.model, config.k, config.context_update_m_init, context_update_steps = VARIANTS[variant]
+  model, k, m_init, context_update_steps = VARIANTS[variant]
+  config.grid.model, config.problem.k, config.init.context_update_m_init = model, k, m_init
   if variant == "single_stream":
-    config.W_y_init_scale = 1 / config.sizes.softmax.d ** 0.5
-  config.depths = (1, 2, 4, 8, 16, 32)
-  config.num_seeds = 3
-  config.max_steps = 2000
-  config.eval_every = 250
-  config.checkpoint_every = 500
-  config.eval_size = 20_480
-  config.eval_chunk_size = 2048
-  config.bound_samples = 50_000
+    config.init.W_y_init_scale = 1 / config.grid.sizes.softmax.d ** 0.5
+  config.grid.depths = (1, 2, 4, 8, 16, 32)
+  config.grid.num_seeds = 3
+  config.train.max_steps = 2000
+  config.train.eval_every = 250
+  config.checkpoint.checkpoint_every = 500
+  config.eval.eval_size = 20_480
+  config.eval.eval_chunk_size = 2048
+  config.eval.bound_samples = 50_000
   config.model_overrides.context_updates = dict(
-      batch_size=64, max_steps=context_update_steps, checkpoint_every=250,
-      eval_chunk_size=512, diagnostic_size=512)
+      train=dict(batch_size=64, max_steps=context_update_steps),
+      eval=dict(eval_chunk_size=512, diagnostic_size=512), checkpoint=dict(checkpoint_every=250))
   if variant == "depth_law_top16":  # at 6000 steps; depth 32: +65% cost
-    config.max_steps = 6000
-    config.depths = (1, 2, 4, 8, 16)
+    config.train.max_steps = 6000
+    config.grid.depths = (1, 2, 4, 8, 16)
   return config

@@ -18,6 +18,6 @@ from experiments.configs import arguments, generalized
 def get_config(argument: str | None = None):
   arguments.parse(argument)
   config = generalized.get_config()
-  config.model = "softmax,looped"
-  config.loop_group = 0
+  config.grid.model = "softmax,looped"
+  config.grid.loop_group = 0
   return config

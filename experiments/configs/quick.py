@@ -19,13 +19,13 @@ def get_config(argument: str | None = None):
   arguments.parse(argument)
   config = sgd_law.get_config()
   regimes.apply(config, "sgd_stationary")
-  config.depths = (1, 2, 4, 8, 16)
-  config.num_seeds = 2
-  config.max_steps = 8000
-  config.checkpoint_every = 500
-  config.bound_samples = 50_000
+  config.grid.depths = (1, 2, 4, 8, 16)
+  config.grid.num_seeds = 2
+  config.train.max_steps = 8000
+  config.checkpoint.checkpoint_every = 500
+  config.eval.bound_samples = 50_000
   # At this rate a one-layer model sits ~40% above the best single cosine layer from the
   # optimiser's noise alone (predicted by experiments.sgd_noise: results/sgd_law/sgd_noise.md),
   # which the default factor 1.2 would flag as stuck; stuck models sit near 3x the bound.
-  config.outlier_factor = 1.5
+  config.eval.outlier_factor = 1.5
   return config

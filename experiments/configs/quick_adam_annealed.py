@@ -14,5 +14,5 @@ def get_config(argument: str | None = None):
   arguments.parse(argument)
   config = quick.get_config()
   regimes.apply(config, "annealed_adam")
-  config.max_steps = quick_adam_constant.COMPARED_BUDGET["max_steps"]
+  config.train.max_steps = quick_adam_constant.COMPARED_BUDGET["max_steps"]
   return config

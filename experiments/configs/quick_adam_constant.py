@@ -8,6 +8,7 @@ of results/regimes_compared (with quick.py and quick_adam_annealed.py).
 """
 
 from experiments.configs import arguments, quick, regimes
+from inverse_depth import config as config_lib
 
 # The budget of results/regimes_compared's runs: quick.py's before it moved to the stationary
 # regime's 8000 steps (6000 steps, the last 12 evaluations averaged).
@@ -18,5 +19,5 @@ def get_config(argument: str | None = None):
   arguments.parse(argument)
   config = quick.get_config()
   regimes.apply(config, "adam_constant")
-  config.update(COMPARED_BUDGET)
+  config_lib.set_fields(config, COMPARED_BUDGET)
   return config

@@ -16,13 +16,13 @@ from experiments.configs import arguments, depth_law
 def get_config(argument: str | None = None):
   arguments.parse(argument)
   config = depth_law.get_config()
-  config.depths = (1, 4, 16, 64)
-  config.num_seeds = 2
-  config.max_steps = 2000
-  config.eval_every = 250
-  config.checkpoint_every = 500
-  config.eval_size = 20_480
-  config.eval_chunk_size = 4096
-  config.bound_samples = 50_000
-  config.ensemble_control = False
+  config.grid.depths = (1, 4, 16, 64)
+  config.grid.num_seeds = 2
+  config.train.max_steps = 2000
+  config.train.eval_every = 250
+  config.checkpoint.checkpoint_every = 500
+  config.eval.eval_size = 20_480
+  config.eval.eval_chunk_size = 4096
+  config.eval.bound_samples = 50_000
+  config.grid.ensemble_control = False
   return config

@@ -1,4 +1,5 @@
-"""The study's training regimes, each defined once (docs/regimes.md). A config applies one by
+"""The study's training regimes, each defined once (docs/regimes.md), as fields by name (each
+goes to its group of the config: config.set_fields). A config applies one by
 name, `regimes.apply(config, "sgd_law")` (for one model kind's grids:
 `regimes.apply(config, "linear_gradient_descent", model="linear")`), which sets the regime's
 fields and records its name in the config's `regime` field, so that config.json says which
@@ -33,6 +34,7 @@ import math
 
 import ml_collections
 
+from inverse_depth import config as config_lib
 from inverse_depth.config import ConfigError
 
 SGD_LAW = dict(optimizer="sgd", momentum=0.9, schedule="constant", learning_rate=3e-3,
@@ -76,15 +78,15 @@ def fields(name: str, config: ml_collections.ConfigDict, model: str | None = Non
                       f"{', '.join(REGIMES)}")
   regime = dict(REGIMES[name])
   if name == "linear_gradient_descent":
-    regime["qk_init_scale"] = math.sqrt(config.sizes[model or "linear"].d)
+    regime["qk_init_scale"] = math.sqrt(config.grid.sizes[model or "linear"].d)
   return regime
 
 
 def apply(config: ml_collections.ConfigDict, name: str, model: str | None = None) -> None:
-  """Sets regime `name`'s fields and config.regime = name; with `model`, into
-  config.model_overrides[model] (that kind's grids only)."""
+  """Sets regime `name`'s fields (each in its group) and config.regime = name; with `model`,
+  into config.model_overrides[model] (that kind's grids only)."""
   target = config if model is None else config.model_overrides[model]
-  target.update(fields(name, config, model))
+  config_lib.set_fields(target, fields(name, config, model))
   target.regime = name
 
 

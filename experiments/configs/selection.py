@@ -15,5 +15,5 @@ from experiments.configs import tables
 def get_config(argument: str | None = None):
   tier = tables.parse_tier(argument)
   config = tables.base(tier, "softmax", "topk", 2, ((0.0, 0.0),))
-  config.diagnostic_size = config.eval_size
+  config.eval.diagnostic_size = config.eval.eval_size
   return config

@@ -33,6 +33,7 @@ per C.3 run alone.
 """
 
 from experiments.configs import arguments, regimes, tables
+from inverse_depth import config as config_lib
 
 # variant -> (model kinds, k, loop_group)
 VARIANTS = {
@@ -61,17 +62,17 @@ def get_config(argument: str | None = None):
   model, k, loop_group = VARIANTS[variant]
   config = tables.sgd_law_base("short" if tier == "short16" else tier, k, ((0.0, 0.0),))
   if tier == "short16":
-    config.update(SHORT16)
-  config.model = model
-  config.loop_group = loop_group
+    config_lib.set_fields(config, SHORT16)
+  config.grid.model = model
+  config.grid.loop_group = loop_group
   # Per kind: the controlled model's W_y keeps the scale that sets its starting gains.
   config.model_overrides.single_stream = dict(
-      W_y_init_scale=1 / config.sizes.single_stream.d ** 0.5)
+      init=dict(W_y_init_scale=1 / config.grid.sizes.single_stream.d ** 0.5))
   if tier.startswith("stationary") and "single_stream" in model:
     # The single stream has no layer norm on W_x (its loss depends on |W_x|), so there is no
     # scale-free norm for SGD noise to grow and SGD_STATIONARY's one change does not apply:
     # it trains in SGD_LAW at the stationary tiers' budgets, and the drift check says whether
     # it reached its stationary state.
     regimes.apply(config, "sgd_law", model="single_stream")
-  config.model_overrides.context_updates = dict(context_update_m_init=-1.0)
+  config.model_overrides.context_updates = dict(init=dict(context_update_m_init=-1.0))
   return config

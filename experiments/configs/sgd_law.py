@@ -36,34 +36,34 @@ def get_config(argument: str | None = None):
   tier = arguments.parse(argument, tier=("cpu", TIERS)).tier
   config = default.get_config()
   regimes.apply(config, "sgd_law")
-  config.model = "softmax"
-  config.sizes.softmax.update(d=16, P=128, N=32)
-  config.depths = (1, 2, 4, 8, 16, 32, 64)
-  config.num_seeds = 3
-  config.max_steps = 12000
-  config.checkpoint_every = 1000
-  config.val_size = 2048
-  config.eval_size = 20_480
-  config.eval_chunk_size = 4096
-  config.bound_samples = 100_000
-  config.ensemble_control = False
+  config.grid.model = "softmax"
+  config.grid.sizes.softmax.update(d=16, P=128, N=32)
+  config.grid.depths = (1, 2, 4, 8, 16, 32, 64)
+  config.grid.num_seeds = 3
+  config.train.max_steps = 12000
+  config.checkpoint.checkpoint_every = 1000
+  config.eval.val_size = 2048
+  config.eval.eval_size = 20_480
+  config.eval.eval_chunk_size = 4096
+  config.eval.bound_samples = 100_000
+  config.grid.ensemble_control = False
   if tier == "trajectory":
     # Where each depth settles (issue 43): one seed trained 1.7 x as long (about an hour on 2
     # cores), every evaluation's checkpoint kept, so that anything not in metrics.jsonl can be
     # computed afterwards.
-    config.num_seeds = 1
-    config.max_steps = 20000
-    config.checkpoint_every = config.eval_every
-    config.checkpoints_to_keep = config.max_steps // config.eval_every
+    config.grid.num_seeds = 1
+    config.train.max_steps = 20000
+    config.checkpoint.checkpoint_every = config.train.eval_every
+    config.checkpoint.checkpoints_to_keep = config.train.max_steps // config.train.eval_every
   if tier in ("stationary", "stationary_deep"):
     regimes.apply(config, "sgd_stationary")
-    config.depths = (1, 2, 4, 8, 16, 32) if tier == "stationary" else (64,)
-    config.max_steps = 16000 if tier == "stationary" else 32000
-    config.checkpoint_every = config.eval_every
-    config.checkpoints_to_keep = config.max_steps // config.eval_every
+    config.grid.depths = (1, 2, 4, 8, 16, 32) if tier == "stationary" else (64,)
+    config.train.max_steps = 16000 if tier == "stationary" else 32000
+    config.checkpoint.checkpoint_every = config.train.eval_every
+    config.checkpoint.checkpoints_to_keep = config.train.max_steps // config.train.eval_every
   if tier == "paper":
-    config.depths = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    config.max_steps = 48000
-    config.eval_size = 100_000
-    config.bound_samples = 200_000
+    config.grid.depths = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    config.train.max_steps = 48000
+    config.eval.eval_size = 100_000
+    config.eval.bound_samples = 200_000
   return config

@@ -10,7 +10,7 @@ Softmax, top-2, the seven Table 1 spectra, regimes.SGD_LAW (tables.sgd_law_base)
 Committed (results/sgd_tables/table1/): the stationary state, regimes.SGD_STATIONARY, 2 seeds,
 500 L steps per depth (tables.py): `:stationary` (depths 1..16, 8000 steps) and
 `:stationary_deep` (depth 32, 16000 steps), each split in two spectrum groups by
---config.spectra (four runs of 35-55 min, two at a time on 2 cores), joined by
+--config.problem.spectra (four runs of 35-55 min, two at a time on 2 cores), joined by
 experiments.join_runs (the commands: results/README.md).
 """
 

@@ -21,5 +21,5 @@ from experiments.configs import tables
 def get_config(argument: str | None = None):
   tier = tables.parse_tier(argument)
   config = tables.base(tier, "linear", "top1", 1, tables.TABLE2_SPECTRA)
-  config.model_overrides.linear.depths = (1, 2, 4, 8) if tier == "cpu" else (1, 2, 4, 8, 16)
+  config.model_overrides.linear.grid.depths = (1, 2, 4, 8) if tier == "cpu" else (1, 2, 4, 8, 16)
   return config

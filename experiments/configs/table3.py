@@ -20,5 +20,5 @@ def get_config(argument: str | None = None):
   tier = tables.parse_tier(argument)
   config = tables.base(tier, "linear", "topk", 16, ((1.0, 0.0), (0.0, 0.0)))
   linear = config.model_overrides.linear
-  linear.max_steps = max(linear.max_steps, 1200)
+  linear.train.max_steps = max(linear.train.max_steps, 1200)
   return config

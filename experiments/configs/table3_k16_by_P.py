@@ -18,6 +18,6 @@ CONTEXT_LENGTHS = ("2048", "4096", "8192")  # the committed runs
 def get_config(argument: str | None = None):
   context_length = arguments.parse(argument, P=("4096", CONTEXT_LENGTHS)).P
   config = table3.get_config()
-  config.spectra = ((0.0, 0.0),)
-  config.sizes.linear.P = int(context_length)
+  config.problem.spectra = ((0.0, 0.0),)
+  config.grid.sizes.linear.P = int(context_length)
   return config

@@ -11,5 +11,5 @@ from experiments.configs import table1
 
 def get_config(argument: str | None = None):
   config = table1.get_config(argument)
-  config.model = "softmax"
+  config.grid.model = "softmax"
   return config

@@ -13,6 +13,7 @@ P = 1024. Each model kind trains under its own regime (BUILD_NOTES "Where the la
 import ml_collections
 
 from experiments.configs import arguments, default, regimes
+from inverse_depth import config as config_lib
 from inverse_depth.config import ConfigError
 
 TIERS = ("cpu", "paper")
@@ -64,25 +65,25 @@ def base(tier: str, model: str, task: str, k: int, spectra,
   tier_fields = _TIER_FIELDS[tier]
   config = default.get_config()
   regimes.apply(config, softmax_regime or tier_fields["softmax_regime"])
-  config.model = model
-  config.task = task
-  config.k = k
-  config.spectra = tuple(spectra)
-  config.depths = tier_fields["softmax_depths"]
-  config.num_seeds = tier_fields["softmax_seeds"]
-  config.warmup_steps = 200
-  config.max_steps = tier_fields["softmax_steps"]
-  config.eval_every = 250
-  config.checkpoint_every = 500
-  config.val_size = 2048
-  config.eval_size = tier_fields["softmax_eval"]
-  config.eval_chunk_size = 4096
-  config.bound_samples = tier_fields["softmax_bound"]
+  config.grid.model = model
+  config.problem.task = task
+  config.problem.k = k
+  config.problem.spectra = tuple(spectra)
+  config.grid.depths = tier_fields["softmax_depths"]
+  config.grid.num_seeds = tier_fields["softmax_seeds"]
+  config.train.warmup_steps = 200
+  config.train.max_steps = tier_fields["softmax_steps"]
+  config.train.eval_every = 250
+  config.checkpoint.checkpoint_every = 500
+  config.eval.val_size = 2048
+  config.eval.eval_size = tier_fields["softmax_eval"]
+  config.eval.eval_chunk_size = 4096
+  config.eval.bound_samples = tier_fields["softmax_bound"]
   regimes.apply(config, "linear_gradient_descent", model="linear")
-  config.model_overrides.linear.update(
+  config_lib.set_fields(config.model_overrides.linear, dict(
       depths=tier_fields["linear_depths"], num_seeds=1, max_steps=tier_fields["linear_steps"],
       eval_every=50, checkpoint_every=100, val_size=1024, eval_size=tier_fields["linear_eval"],
-      eval_chunk_size=512, diagnostic_size=1024, bound_samples=tier_fields["linear_bound"])
+      eval_chunk_size=512, diagnostic_size=1024, bound_samples=tier_fields["linear_bound"]))
   return config
 
 
@@ -90,7 +91,7 @@ def base(tier: str, model: str, task: str, k: int, spectra,
 # regimes.SGD_LAW, per tier: depths, seeds, steps, averaged evaluations, evaluation contexts.
 # The cpu tier trains as long as results/sgd_law did (deep models still relax there at 12000
 # steps); Table 1's seven spectra then take about 3.5 h on 2 cores: split them with
-# --config.spectra and join the runs (experiments.join_runs). The `short` tier is what one
+# --config.problem.spectra and join the runs (experiments.join_runs). The `short` tier is what one
 # session of 2 cores affords for all three tables (about 1.5 h together): one seed, 6000
 # steps, the last 12 evaluations averaged; at 6000 steps a depth-32 model of the isotropic
 # task sits within 0.2% of its 12000-step loss (BUILD_NOTES "Where the law appears").
@@ -98,7 +99,7 @@ def base(tier: str, model: str, task: str, k: int, spectra,
 # results/sgd_law_stationary, 500 L steps, about 2.4 relaxation times of the slowest mode at
 # the grid's deepest depth (docs/notes/stationary.md): `stationary` trains depths 1..16 for
 # 8000 steps, `stationary_deep` depth 32 for 16000 steps; experiments.join_runs joins them
-# (and spectra split with --config.spectra) into one grid.
+# (and spectra split with --config.problem.spectra) into one grid.
 SGD_TIERS = ("short", "cpu", "paper", "stationary", "stationary_deep")
 _SGD_TIER_FIELDS = {
     "short": dict(depths=(1, 2, 4, 8, 16, 32), num_seeds=1, max_steps=6000, stationary_evals=12,
@@ -132,13 +133,13 @@ def sgd_law_base(tier: str, k: int, spectra) -> ml_collections.ConfigDict:
                       f"{sorted(regimes.SGD_QK_SCALE)}")
   config = default.get_config()
   regimes.apply(config, "sgd_stationary" if tier.startswith("stationary") else "sgd_law")
-  config.update(_SGD_TIER_FIELDS[tier])
-  config.model = "softmax"
-  config.task = "topk"
-  config.k = k
-  config.spectra = tuple(spectra)
-  config.qk_init_scale = regimes.SGD_QK_SCALE[k]
-  config.checkpoint_every = 500
-  config.val_size = 2048
-  config.eval_chunk_size = 4096
+  config_lib.set_fields(config, _SGD_TIER_FIELDS[tier])
+  config.grid.model = "softmax"
+  config.problem.task = "topk"
+  config.problem.k = k
+  config.problem.spectra = tuple(spectra)
+  config.init.qk_init_scale = regimes.SGD_QK_SCALE[k]
+  config.checkpoint.checkpoint_every = 500
+  config.eval.val_size = 2048
+  config.eval.eval_chunk_size = 4096
   return config

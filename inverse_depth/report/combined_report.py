@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, claims, paper, records, theory
+from inverse_depth import analysis, claims, config as config_lib, paper, records, theory
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt, run_report
@@ -219,7 +219,8 @@ def table5_lines(results: dict | None) -> list[str]:
 def table4_section(table_results: list[dict | None]) -> list[str]:
   """The Table 4 runs of `make reproduce` (top-2 and top-16) and the regime they trained in."""
   lines = ["## Table 4: softmax depth exponents", ""] + table4_lines(table_results)
-  config = next((results["config"] for results in table_results if results), None)
+  config = next((config_lib.flat(results["config"]) for results in table_results if results),
+                None)
   if config is None:
     return lines
   return lines + ["", (
@@ -269,7 +270,7 @@ def _fit_cells(fit: dict) -> str:
 def _run_line(name: str, results: dict) -> str:
   """One run in words: depths, seeds, steps (per depth where a join gave depths their own
   budgets), |W_x| fixed or free, the averaging window, clean models, wall time."""
-  config, runs = results["config"], results["runs"]
+  config, runs = config_lib.flat(results["config"]), results["runs"]
   steps_by_depth = {r["depth"]: r["steps"] for r in runs}
   steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
            if len(set(steps_by_depth.values())) > 1 else f"{config['max_steps']} steps")

@@ -8,7 +8,7 @@ not, and whether the layers stay on one cosine scorer.
 
 import os
 
-from inverse_depth import records
+from inverse_depth import config as config_lib, records
 from inverse_depth.report import plt, run_report
 from inverse_depth.report.markdown import fit_cells, row, table
 from inverse_depth.files import write_text_atomic
@@ -23,6 +23,7 @@ PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
 
 
 def _regime_text(config: dict) -> str:
+  config = config_lib.flat(config)
   rate = config["learning_rate"]
   window = config.get("stationary_evals", 1)
   return (f"{config['optimizer']} {config['schedule']} {rate:g}, qk {config['qk_init']} "

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, paper, records
+from inverse_depth import analysis, config as config_lib, paper, records
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import atomic_path, write_text_atomic
 from inverse_depth.workdir import read_results
@@ -265,7 +265,7 @@ def _stationarity_section(results: dict) -> list[str]:
   windowed = [r for r in results["runs"] if "stationarity" in r]
   if not windowed:
     return []
-  config = results["config"]
+  config = config_lib.flat(results["config"])
   first_step = config["max_steps"] - (config["stationary_evals"] - 1) * config["eval_every"]
   lines = ["", "## Stationary evaluation", "",
            f"R, A and C are averages over {config['stationary_evals']} evaluations, steps "
@@ -295,7 +295,7 @@ def check_lines(found: list[checks_lib.Check]) -> list[str]:
 def _training_header(config: dict, kind: str) -> str:
   """Sizes and training of one model kind, with its `model_overrides` applied."""
   own = records.kind_config(config, kind)
-  sizes = config["sizes"][kind]
+  sizes = own["sizes"][kind]
   return (f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
           f"{list(own['depths'])}, {own['num_seeds']} seeds, {own['max_steps']} steps at batch "
           f"{own['batch_size']}, {own['optimizer']} lr {own['learning_rate']:g} "
