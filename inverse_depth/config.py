@@ -267,8 +267,9 @@ def set_fields(target: ml_collections.ConfigDict, fields: dict) -> None:
 def _unknown_key(where: str, key: str, known) -> ConfigError:
   hint = (f" (it is a field of the {GROUP_OF[key]} group: config.{path(key)})"
           if key in GROUP_OF else "")
-  return ConfigError(f"config.{where}{key} is not a known {'field or group' if not where else 'field'}"
-                     f"{hint}; known: {', '.join(known)}")
+  kind = "field" if where else "field or group"
+  return ConfigError(f"config.{where}{key} is not a known {kind}{hint}; known: "
+                     f"{', '.join(known)}")
 
 
 def _check_layout(config: ml_collections.ConfigDict) -> None:

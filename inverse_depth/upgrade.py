@@ -123,7 +123,7 @@ def _to_version_3(results: dict, made_by) -> None:
 def _copy_regime(config: dict, config_hash: str, made_by) -> None:
   if made_by is None:
     raise UpgradeError("the run's config names no regime: pass the config that made it "
-                       "(--config=FILE.py[:ARGUMENT], with its --config.FIELD overrides)")
+                       "(--config=FILE.py[:ARGUMENT], with its --config.GROUP.FIELD overrides)")
   if config_lib.config_hash(made_by.to_dict()) != config_hash:
     raise UpgradeError("--config does not make this run: its config hash "
                        f"{config_lib.config_hash(made_by.to_dict())} is not the run's "

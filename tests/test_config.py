@@ -138,7 +138,8 @@ def test_fixed_input_norm_is_set_per_model_kind():
 def test_error_message_names_value_and_what_is_allowed():
   config = smoke.get_config()
   config.problem.task = "top3"
-  with pytest.raises(config_lib.ConfigError, match=r"config.problem.task='top3' is invalid: allowed one "
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"config.problem.task='top3' is invalid: allowed one "
                      r"of \('top1', 'topk'\)"):
     config_lib.validate(config)
 
@@ -320,7 +321,7 @@ TABLE1_SPLIT = {"a": ((0.0, 0.0), (0.0, 0.25), (0.0, 0.5), (0.0, 1.0)),
                 "b": ((0.25, 0.0), (0.5, 0.0), (1.0, 0.0))}
 
 # Every committed run folder (results/README.md) and the config file (with its argument, and
-# the --config.FIELD=VALUE overrides of its command, where it has any) that made it.
+# the --config.GROUP.FIELD=VALUE overrides of its command, where it has any) that made it.
 COMMITTED_RUNS = {
     "sgd_law": ("sgd_law", None), "sgd_law_trajectory": ("sgd_law", "trajectory"),
     "sgd_law_stationary/sources/stationary": ("sgd_law", "stationary"),

@@ -61,7 +61,8 @@ def test_metrics_are_json_lines(experiment_run):
   num_models = len(config.grid.depths)
   for record in lines:
     assert record["model"] in MODELS
-    assert record["step"] % config.train.eval_every == 0 and 0 < record["step"] <= config.train.max_steps
+    assert record["step"] % config.train.eval_every == 0
+    assert 0 < record["step"] <= config.train.max_steps
     val = np.asarray(record["val_loss"])
     assert val.shape == (config.grid.num_seeds, num_models)
     assert np.all(np.isfinite(val))
@@ -75,7 +76,8 @@ def test_results_records(experiment_run):
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   runs = results["runs"]
-  assert len(runs) == len(MODELS) * len(config.grid.depths) * config.grid.num_seeds * len(config.problem.spectra)
+  assert len(runs) == (len(MODELS) * len(config.grid.depths) * config.grid.num_seeds
+                       * len(config.problem.spectra))
   for r in runs:
     assert RUN_KEYS <= set(r), RUN_KEYS - set(r)
     assert r["task"] == config.problem.task and r["k"] == config.problem.k
@@ -424,7 +426,8 @@ def test_ensemble_control_matches_models_trained_alone(tmp_path):
   assert "softmax-ensemble" in open(run_report.write_report(str(tmp_path))).read()
   with open(tmp_path / "metrics.jsonl") as f:
     widths = {(r["model"], len(r["val_loss"][0])) for r in map(json.loads, f)}
-  assert widths == {("softmax", len(config.grid.depths)), ("softmax-ensemble", max(config.grid.depths))}
+  assert widths == {("softmax", len(config.grid.depths)),
+                    ("softmax-ensemble", max(config.grid.depths))}
 
 
 def test_results_record_their_schema_and_provenance(experiment_run):

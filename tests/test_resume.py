@@ -176,12 +176,12 @@ def test_a_diverging_member_is_marked_and_leaves_the_others_unchanged(tiny_run, 
   monkeypatch.setattr(GridTrainer, "init_state", with_a_huge_learning_rate)
   workdir = str(tmp_path / "diverging")
   results = experiment.run(tiny.tiny_config(), workdir)
-  depth = tiny.tiny_config().depths[m]
+  depth = tiny.tiny_config().grid.depths[m]
   reference = {(r["depth"], r["seed"]): r for r in tiny_run["results"]["runs"]}
   for run in results["runs"]:
     if (run["depth"], run["seed"]) == (depth, seed):
       assert run["diverged"] and not run["converged"]
-      assert 0 <= run["diverged_at_step"] < tiny.tiny_config().max_steps
+      assert 0 <= run["diverged_at_step"] < tiny.tiny_config().train.max_steps
       assert run["steps"] == run["diverged_at_step"]
     else:
       want = reference[(run["depth"], run["seed"])]
@@ -224,7 +224,8 @@ def test_signal_writes_a_checkpoint_then_exits(tmp_path, signum):
   """Periodic checkpoints are off (checkpoint_every = max_steps), so a checkpoint at the
   step where it stopped can only come from the signal."""
   workdir = str(tmp_path / "run")
-  proc = _start(workdir, "--config.train.max_steps=1000000", "--config.checkpoint.checkpoint_every=1000000",
+  proc = _start(workdir, "--config.train.max_steps=1000000",
+                "--config.checkpoint.checkpoint_every=1000000",
                 "--config.train.patience=1000000")  # no model converges before the signal
   _wait_for(lambda: os.path.exists(os.path.join(workdir, "metrics.jsonl"))
             and os.path.getsize(os.path.join(workdir, "metrics.jsonl")) > 0, 300, proc)
@@ -298,7 +299,7 @@ def test_guard_refuses_a_changed_config_and_start_over_moves_the_old_run_aside(
   with open(os.path.join(old, "results.json")) as f:
     assert _numbers(json.load(f)) == _numbers(tiny_run["results"])  # nothing lost
   with open(os.path.join(workdir, "config.json")) as f:
-    assert json.load(f)["learning_rate"] == 0.01
+    assert json.load(f)["train"]["learning_rate"] == 0.01
   assert not os.path.exists(os.path.join(workdir, "checkpoints"))
 
 

@@ -19,9 +19,10 @@ WINDOW = 4  # evaluations averaged: steps 20, 25, 30, 35 (eval_every 5, max_step
 def window_config():
   """The tiny softmax grid under constant-rate SGD, its last four evaluations averaged."""
   config = tiny.tiny_config()
-  config.update(optimizer="sgd", schedule="constant", learning_rate=0.01, warmup_steps=5,
-                max_steps=35, eval_every=5, checkpoint_every=10, checkpoints_to_keep=1,
-                stationary_evals=WINDOW, diagnostic_size=0)
+  config_lib.set_fields(config, dict(
+      optimizer="sgd", schedule="constant", learning_rate=0.01, warmup_steps=5, max_steps=35,
+      eval_every=5, checkpoint_every=10, checkpoints_to_keep=1, stationary_evals=WINDOW,
+      diagnostic_size=0))
   return config
 
 
@@ -68,13 +69,13 @@ def test_a_constant_series_is_stationary_and_too_short_a_window_is_refused():
 # --- config ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(schedule="cosine"), "stationary_evals=4 is invalid: allowed 1 unless schedule"),
+    (dict(schedule="cosine"), "stationary_evals=4 is invalid: allowed 1 unless train.schedule"),
     (dict(stationary_evals=3), "stationary_evals=3 is invalid: allowed 1 .* or an integer >= 4"),
     (dict(stationary_evals=7), "stationary_evals=7 is invalid: allowed an integer whose window"),
 ])
 def test_bad_window_settings_are_refused_by_name(changes, message):
   config = window_config()
-  config.update(changes)
+  config_lib.set_fields(config, changes)
   with pytest.raises(ConfigError, match=message):
     config_lib.validate(config)
 
@@ -112,7 +113,7 @@ def test_window_losses_are_the_final_losses_of_runs_stopped_at_those_steps(windo
   steps = sorted(map(int, os.listdir(os.path.join(workdir, "checkpoints", spec.name))))
   assert set(spec.stationary_steps) <= set(steps)
   stopped = window_config()
-  stopped.update(max_steps=25, stationary_evals=1)
+  config_lib.set_fields(stopped, dict(max_steps=25, stationary_evals=1))
   stopped_runs = experiment.run(stopped, str(tmp_path / "stopped"))["runs"]
   for run, at_25 in zip(results["runs"], stopped_runs):
     assert (run["depth"], run["seed"]) == (at_25["depth"], at_25["seed"])
@@ -168,7 +169,8 @@ def test_the_noise_prediction_reads_the_window_of_a_finished_run(window_run):
     written, = json.load(f)["rates"]
   config = window_config()
   assert written["predicted_c"] == pytest.approx(theory.sgd_stationary_excess(
-      written["trace_layer"], learning_rate=config.train.learning_rate, momentum=config.train.momentum,
+      written["trace_layer"], learning_rate=config.train.learning_rate,
+      momentum=config.train.momentum,
       batch_size=config.train.batch_size))
   assert written["fitted_c"] == results["fits"][0]["c"]
   assert "| c (depth term) |" in open(path).read()
@@ -181,10 +183,10 @@ def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
   the models a run at that rate alone trains (to float rounding: f x (lr x update) against
   (f lr) x update), and records and fits carry their learning_rate."""
   sweep = window_config()
-  sweep.update(rate_factors=(0.5, 2.0), stationary_evals=1, max_steps=20)
+  config_lib.set_fields(sweep, dict(rate_factors=(0.5, 2.0), stationary_evals=1, max_steps=20))
   swept = experiment.run(sweep, str(tmp_path / "sweep"))
   alone = window_config()
-  alone.update(learning_rate=0.02, stationary_evals=1, max_steps=20)
+  config_lib.set_fields(alone, dict(learning_rate=0.02, stationary_evals=1, max_steps=20))
   single = experiment.run(alone, str(tmp_path / "alone"))
   assert sorted({r["learning_rate"] for r in swept["runs"]}) == [0.005, 0.02]
   assert sorted(f["learning_rate"] for f in swept["fits"]) == [0.005, 0.02]

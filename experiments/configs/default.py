@@ -143,7 +143,8 @@ def get_config(argument: str | None = None) -> ml_collections.ConfigDict:
   config.train.max_steps = 8000
   # Steps between validation evaluations (one compiled call trains this many steps).
   config.train.eval_every = regimes.SGD_LAW["eval_every"]
-  # Convergence (every schedule): an evaluation improves if the validation loss drops below (1 - rel_tol) x best.
+  # Convergence (every schedule): an evaluation improves if the validation loss drops below
+  # (1 - rel_tol) x best.
   config.train.rel_tol = 0.005
   # Convergence: evaluations without improvement before the learning rate decays (or the
   # model is declared converged once it has decayed max_lr_decays times).

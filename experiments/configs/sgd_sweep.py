@@ -36,12 +36,13 @@ def get_config(argument: str | None = None):
   config = sgd_law.get_config()
   config.grid.rate_factors = (1 / 3, 1.0, 10 / 3)
   config.train.batch_size = 1024 if variant in ("1024", "quick1024") else 256
-  config.grid.depths = {"256": (1, 2, 4, 8, 16, 32), "1024": (1, 2, 4, 8, 16), "quick": (1, 2, 4, 8),
-                   "quick1024": (1, 2, 4, 8)}[variant]
+  config.grid.depths = {"256": (1, 2, 4, 8, 16, 32), "1024": (1, 2, 4, 8, 16),
+                        "quick": (1, 2, 4, 8), "quick1024": (1, 2, 4, 8)}[variant]
   config.grid.num_seeds = 1 if variant == "quick1024" else 2
   if variant in ("quick", "quick1024"):
     config.train.max_steps = 6000
     config.eval.stationary_evals = 12
     config.checkpoint.checkpoint_every = 500
-  config.eval.outlier_factor = 1.5  # the one-layer models' noise excess is not a stuck model (quick.py)
+  # the one-layer models' noise excess is not a stuck model (quick.py)
+  config.eval.outlier_factor = 1.5
   return config

@@ -22,5 +22,6 @@ def get_config(argument: str | None = None):
   config.eval.eval_chunk_size = 256
   config.eval.bound_samples = 2000
   config.eval.outlier_factor = 5.0  # 100 steps are far from converged: flag only runaway models
-  config.checkpoint.checkpoint_every = 20  # every chunk: a kill-and-resume test has steps to land on
+  # every chunk: a kill-and-resume test has steps to land on
+  config.checkpoint.checkpoint_every = 20
   return config
