@@ -641,4 +641,4 @@ def test_every_sgd_regime_variant_validates_and_trains_its_kinds():
   for tier in ("short", "short16"):
     config = module.get_config(f"context_updates,{tier}")
     assert config.eval.stationary_evals * config.train.eval_every == config.train.max_steps // 2
-  assert module.get_config("context_updates,short16").depths[-1] == 16
+  assert module.get_config("context_updates,short16").grid.depths[-1] == 16
