@@ -81,10 +81,12 @@ def main(argv):
 
 
 def _parse_flags(argv: list[str]):
-  """absl's flag parsing, after mapping the flat config flags of before the groups."""
+  """absl's flag parsing, after mapping the flat config flags of before the groups (in
+  sys.argv too: the config flag reads its overrides from there)."""
   argv, messages = config_lib.map_flat_flags(argv)
   for message in messages:
     print(message, file=sys.stderr)
+  sys.argv = argv
   return app.parse_flags_with_usage(argv)
 
 

@@ -280,6 +280,8 @@ def _written(workdir):
 BAD_COMMAND_LINES = [
     ("unknown-override", "smoke.py", ["--config.not_a_field=1"], ["not_a_field"]),
     ("invalid-value", "smoke.py", ["--config.problem.k=100"], ["config.problem.k=100", "allowed"]),
+    ("flat-flag-mapped", "smoke.py", ["--config.k=100"],
+     ["--config.k is now --config.problem.k", "config.problem.k=100 is invalid"]),
     ("badly-typed", "smoke.py", ["--config.grid.sizes.softmax.d=eight"],
      ["config.grid.sizes.softmax.d", "eight"]),
     ("unknown-scale", "default.py:huge", [], ["scale 'huge' does not exist", "smoke"]),
