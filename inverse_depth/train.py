@@ -66,7 +66,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from inverse_depth import per_model, tasks, trajectory
+from inverse_depth import hosts, per_model, tasks, trajectory
 from inverse_depth.grid import GridLayout, InitScales, Params
 from inverse_depth.models import TEST_ATTENTION
 from inverse_depth.modules import PackedModels
@@ -521,7 +521,9 @@ class GridTrainer:
                   ("lr_scale", state.lr_scale_SM), ("converged", state.converged_SM),
                   ("diverged", state.diverged_SM), ("val_A", val_terms["A"]),
                   ("val_C", val_terms["C"])]
-      progress += trajectory.parameter_summary(state.params, self.layout).items()
+      # Gathered: with several processes the layer axis spans other processes' devices.
+      progress += trajectory.parameter_summary(jax.tree.map(hosts.to_host, state.params),
+                                               self.layout).items()
       if self.selected_mass is not None:
         progress.append(("selected_mass", np.concatenate([
             np.asarray(self.selected_mass(

@@ -459,7 +459,7 @@ def test_generalized_configs_run_end_to_end(generalized_root):
       if record["model"] == "context_updates":
         assert 0.0 <= record["first_layer_rho"] <= 1.0
         heatmap = np.array(record["first_layer_attention"])
-        assert heatmap.shape == (min(config["sizes"]["context_updates"]["P"], 32),) * 2
+        assert heatmap.shape == (min(config["grid"]["sizes"]["context_updates"]["P"], 32),) * 2
         assert np.all(heatmap >= 0.0)
         profile = np.array(record["m_profile"]["loss"])
         assert profile.shape == (len(diagnostics.M_OFFSETS),)
