@@ -1,10 +1,6 @@
-"""The generalised-models report (paper appendix C and its looped question), from the
-results.json (and metrics.jsonl) of each run's workdir alone.
-
-Layout: ROOT/<run>/ for each run in RUNS (ordinary experiment workdirs), ROOT/report.md
-and ROOT/figures/*.png written here. Every statement about a trend is computed from the
-numbers (fit, paired differences, learned m); the paper's description stands beside it
-as text, never as an input.
+"""The generalised-models report (paper appendix C and looped layers), ROOT/report.md and
+ROOT/figures/, from the runs under ROOT (RUNS or SGD_RUNS, experiment workdirs) alone. Every
+trend is computed from the numbers; the paper's description stands beside it as text.
 """
 
 import os
@@ -15,6 +11,7 @@ from inverse_depth import analysis, checks, claims, evaluation, paper, records
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
 from inverse_depth.report.markdown import row, table
+from inverse_depth.report.run_report import image
 
 # (workdir name, config file, get_config argument) in the order they run.
 RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
@@ -40,9 +37,8 @@ SGD_JOINED = ("looped", "looped4", "single_stream", "per_layer_values")
 
 
 def regime_claims(base: str = ".") -> list[str]:
-  """Per appendix C claim (claims.APPENDIX_C), its status in each regime of
-  claims.APPENDIX_C_RUNS (runs under the repository root `base`) with the variant's and the
-  controlled model's fits, and in which regimes it holds."""
+  """Per appendix C claim, its status and fits in each regime of claims.APPENDIX_C_RUNS (under
+  the repository root `base`) and where it holds."""
   names = [claims.REGIME_NAMES[regime] for regime in claims.APPENDIX_C_RUNS]
   lines = table("claim", "the paper", *names, "holds in")
   for key, claim, model, k in claims.APPENDIX_C:
@@ -76,8 +72,8 @@ def trend_sentence(fit: dict) -> str:
 
 
 def depth_table(results: dict) -> list[str]:
-  """Per model kind and depth, over every non-diverged seed (flagged ones included, and
-  counted): R_L, C_L, A_L - C_L, parameters, and m, m g_2/g_1 and rho where learned."""
+  """Per grid and depth, over the non-diverged seeds: R_L, C_L, A_L - C_L, parameters, and m,
+  m g_2/g_1 and rho where learned."""
   lines = table("model", "depth", "R_L (+- seed se)", "C_L", "A_L - C_L", "flagged", "parameters",
                 "m (seeds)", "m g_2/g_1 (seeds)", "rho of S_1 (R^2)")
   for fit in results["fits"]:
@@ -98,9 +94,8 @@ def depth_table(results: dict) -> list[str]:
 
 
 def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
-  """How a grid was trained, and how much its validation loss still fell over the last
-  evaluation interval (`analysis.last_interval_change`; a model still falling there is
-  under-trained)."""
+  """A grid's steps and batch, and its validation loss's change over the last evaluation
+  interval (`analysis.last_interval_change`)."""
   own = records.kind_config(results["config"], fit["model"])
   text = f"{own['max_steps']} steps, batch {own['batch_size']}"
   if change is not None:
@@ -111,8 +106,7 @@ def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
 
 
 def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> list[str]:
-  """One line per variant and task: our trend beside the paper's description, and the
-  verdict computed from both."""
+  """Per grid: our trend beside the paper's description, and the verdict from both."""
   lines = table("run", "model", "task", "bound (best single cosine layer)", "training",
                 "flagged models", "our depth trend (clean models)", "the paper", "verdict")
   for name, results in all_results.items():
@@ -131,9 +125,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
 
 
 def m_summary(all_results: dict[str, dict]) -> list[str]:
-  """The learned context weight m of C.3 per run and its invariant m g_2/g_1
-  (diagnostics.effective_context_step): seed means per depth (every non-diverged model,
-  flagged ones included)."""
+  """C.3's learned m and its invariant m g_2/g_1 per run: seed means per depth."""
   lines = []
   for name, results in all_results.items():
     runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
@@ -151,8 +143,7 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
 
 
 def m_profile_table(all_results: dict[str, dict]) -> list[str]:
-  """Loss along m at every trained depth (`records.m_profiles`: every other weight as
-  trained), and where along the offsets it is lowest."""
+  """Loss along m at every trained depth (`records.m_profiles`) and where it is lowest."""
   lines = []
   for name, results in all_results.items():
     for d in records.m_profiles(results):
@@ -166,8 +157,7 @@ def m_profile_table(all_results: dict[str, dict]) -> list[str]:
 
 
 def looped_summary(all_results: dict[str, dict]) -> list[str]:
-  """Looped against untied at equal depth and at equal parameter count: R_L (clean seeds'
-  mean) and the parameters of one model, per depth and grid."""
+  """Looped against untied: R_L and parameters per depth and grid."""
   grids = records.looped_grids(all_results)
   if not grids:
     return ["Not run."]
@@ -180,8 +170,8 @@ def looped_summary(all_results: dict[str, dict]) -> list[str]:
   return lines
 
 
-def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
-  """Learned m against depth (every seed, both tasks) and the S_1 heatmaps of seed 0."""
+def plot_context_updates(all_results: dict[str, dict]):
+  """Learned m against depth (every seed) and the S_1 heatmaps of seed 0; None without C.3."""
   panels = []
   for name, results in all_results.items():
     runs = [r for r in results["runs"]
@@ -189,32 +179,31 @@ def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
     if runs:
       panels.append((name, runs))
   if not panels:
-    return False
+    return None
   depths = sorted({r["depth"] for _, runs in panels for r in runs})
   fig, axes = plt.subplots(len(panels), len(depths) + 1,
                            figsize=(2.2 * (len(depths) + 1), 2.4 * len(panels)), squeeze=False)
-  for row, (name, runs) in zip(axes, panels):
+  for panel, (name, runs) in zip(axes, panels):
     for r in runs:
-      row[0].plot(r["depth"], r["m"], "o", color=f"C{r['seed']}", ms=4)
+      panel[0].plot(r["depth"], r["m"], "o", color=f"C{r['seed']}", ms=4)
       if "m_effective" in r:
-        row[0].plot(r["depth"], r["m_effective"], "x", color=f"C{r['seed']}", ms=5)
-    row[0].set(xscale="log", xlabel="depth L", ylabel="m (o), m g_2/g_1 (x)", title=name)
-    row[0].axhline(0.0, color="grey", lw=0.5)
-    for ax, depth in zip(row[1:], depths):
+        panel[0].plot(r["depth"], r["m_effective"], "x", color=f"C{r['seed']}", ms=5)
+    panel[0].set(xscale="log", xlabel="depth L", ylabel="m (o), m g_2/g_1 (x)", title=name)
+    panel[0].axhline(0.0, color="grey", lw=0.5)
+    for ax, depth in zip(panel[1:], depths):
       seed0 = [r for r in runs if r["depth"] == depth and r["seed"] == min(x["seed"] for x in runs)]
       ax.axis("off")
       if seed0:
         ax.imshow(np.array(seed0[0]["first_layer_attention"]), cmap="viridis")
         ax.set_title(f"S_1, L={depth}, rho={seed0[0]['first_layer_rho']:.2f}", fontsize=7)
-  run_report.save_figure(fig, path)
-  return True
+  return fig
 
 
-def plot_looped(all_results: dict[str, dict], path: str) -> bool:
-  """Loss against depth and against parameter count, looped beside untied."""
+def plot_looped(all_results: dict[str, dict]):
+  """Loss against depth and against parameters, looped beside untied; None without both."""
   grids = records.looped_grids(all_results)
   if not grids:
-    return False
+    return None
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   for label, results, fit in grids:
     by_depth = records.loss_and_parameters(results, fit)
@@ -226,16 +215,14 @@ def plot_looped(all_results: dict[str, dict], path: str) -> bool:
   axes[1].set(xscale="log", xlabel="trained parameters", ylabel="R_L")
   for ax in axes:
     ax.legend(fontsize=7)
-  run_report.save_figure(fig, path)
-  return True
+  return fig
 
 
 def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
   """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of `runs` under ROOT
-  and, for the claims in both regimes, of claims.APPENDIX_C_RUNS under the repository root
-  `base`."""
+  and of claims.APPENDIX_C_RUNS under the repository root `base`."""
   names = [name for name, _, _ in runs]
-  all_results, metrics, figures = combined_report.load_root(root, names)
+  all_results, metrics = combined_report.load_root(root, names)
   regime = claims.REGIME_NAMES[claims.SGD_GENERALIZED if runs == SGD_RUNS
                                else claims.ANNEALED_GENERALIZED]
   lines = [f"# Generalised models and looped layers: {regime} runs", "",
@@ -273,24 +260,24 @@ def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
               "its lowest loss at offset +0:", ""] + profile
   lines += ["", "## Looped against untied", ""] + looped_summary(all_results)
   figure_lines = ["", "## Figures", ""]
-  if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
+  context_updates, looped = plot_context_updates(all_results), plot_looped(all_results)
+  if context_updates is not None:
     figure_lines += ["Learned m (o) and its invariant m g_2/g_1 (x) against depth (a colour "
                      "per seed), and the first layer's context attention S_1 (one context, "
                      f"the first {evaluation.HEATMAP_TOKENS} tokens; rho from the fit "
                      "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
-                     "![context updates](figures/context_updates.png)", ""]
-  if plot_looped(all_results, os.path.join(figures, "looped.png")):
-    figure_lines += ["![looped](figures/looped.png)", ""]
+                     image("context updates", context_updates, root, "context_updates"), ""]
+  if looped is not None:
+    figure_lines += [image("looped", looped, root, "looped"), ""]
   for name, results in all_results.items():
     lines += ["", f"## {name}", ""] + depth_table(results)
-    run_report.plot_depth_scaling(results, os.path.join(figures, f"{name}_depth.png"))
-    run_report.plot_decomposition(results, os.path.join(figures, f"{name}_decomposition.png"))
-    combined_report.plot_training_curves(name, metrics[name], results,
-                         os.path.join(figures, f"training_{name}.png"))
+    training = combined_report.plot_training_curves(name, metrics[name], results)
     figure_lines += [f"{name}: depth curves (dashed: best single cosine layer), C_L and "
-                     f"A_L - C_L, training curves:", "", f"![{name}](figures/{name}_depth.png)",
-                     "", f"![{name} decomposition](figures/{name}_decomposition.png)", "",
-                     f"![{name} training](figures/training_{name}.png)", ""]
+                     f"A_L - C_L, training curves:", "",
+                     image(name, run_report.plot_depth_scaling(results), root, f"{name}_depth"),
+                     "", image(f"{name} decomposition", run_report.plot_decomposition(results),
+                               root, f"{name}_decomposition"),
+                     "", image(f"{name} training", training, root, f"training_{name}"), ""]
   path = os.path.join(root, "report.md")
   write_text_atomic(path, "\n".join(lines + figure_lines) + "\n")
   return path
