@@ -1,8 +1,6 @@
 """The combined reproduction report, ROOT/report.md and ROOT/figures/: the paper's Tables 1-5
-from the runs of `make reproduce` under ROOT (RUNS, each an experiment workdir; a missing one
-is reported as not run), opened by the runs of the regime comparison (REGIME_RUNS) and of the
-tables in the SGD law's regime (SGD_TABLE_RUNS under SGD_TABLES_ROOT).
-"""
+from the `make reproduce` runs under ROOT (a missing one reported as not run), after the
+regime comparison (REGIME_RUNS) and the tables in the SGD law's regime (SGD_TABLE_RUNS)."""
 
 import os
 
@@ -18,13 +16,8 @@ from inverse_depth.workdir import read_metrics
 
 # (workdir name, config file) in the order `make reproduce` runs them. Table 5 and the
 # selection error are read from the Table 1 run.
-RUNS = (("table1", "experiments/configs/table1.py"),
-        ("table4", "experiments/configs/table4.py"),
-        ("table4_top16", "experiments/configs/table4_top16.py"),
-        ("table3", "experiments/configs/table3.py"),
-        ("table3_top2", "experiments/configs/table3_top2.py"),
-        ("easy", "experiments/configs/easy.py"),
-        ("table2", "experiments/configs/table2.py"))
+RUNS = tuple((name, f"experiments/configs/{name}.py") for name in (
+    "table1", "table4", "table4_top16", "table3", "table3_top2", "easy", "table2"))
 
 # The first section: one committed run per training regime at the paper's size (softmax,
 # top-2, isotropic, d = 16, P = 128), paths from the repository root.
@@ -32,12 +25,10 @@ REGIME_RUNS = (("constant-step SGD at its stationary state (regimes.SGD_STATIONA
                 "results/sgd_law_stationary"),
                ("annealed Adam (regimes.ANNEALED_ADAM)", "results/depth_law"))
 
-# The second section: Tables 1, 4 and 5 trained in the SGD law's regime
-# (experiments/configs/sgd_table*.py), committed as one folder of workdirs.
+# The second section: Tables 1, 4 and 5 trained in the SGD law's regime, one workdir per
+# config experiments/configs/sgd_NAME.py, under SGD_TABLES_ROOT.
 SGD_TABLES_ROOT = claims.SGD_TABLES
-SGD_TABLE_RUNS = (("table1", "experiments/configs/sgd_table1.py"),
-                  ("table4", "experiments/configs/sgd_table4.py"),
-                  ("table4_top16", "experiments/configs/sgd_table4_top16.py"))
+SGD_TABLE_RUNS = ("table1", "table4", "table4_top16")
 
 
 def _not_run(title: str, results: dict | None, name: str) -> list[str]:
@@ -51,6 +42,7 @@ def _fit_cells(fit: dict) -> str:
 
 
 def _bound_cell(bound: dict, key: str) -> str:
+  """'value +- se' of a theory bound's `key`; '-' without a bound."""
   return pm(bound, key) if bound else "-"
 
 
@@ -120,8 +112,7 @@ def table2_section(results: dict | None) -> list[str]:
 
 
 def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
-  """Table 3: theory floor against the trained plateau, per linear difficult-task grid
-  ((fit record, its run records))."""
+  """Table 3: theory floor against the trained plateau, per linear grid ((fit, its runs))."""
   lines = ["## Table 3: linear floor, theory against trained", ""]
   if not linear_grids:
     return lines + ["Not run (no linear difficult-task grid in table1, table3 or table3_top2)."]
@@ -162,8 +153,8 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
 
 
 def table4_lines(table_results: list[dict | None]) -> list[str]:
-  """Table 4 rows of every softmax grid of `table_results` (None: not run): the fit the check
-  decides on (`claims.decided_fit`) beside the paper's exponent, R_L and the cosine bounds."""
+  """Table 4 rows of the softmax grids of `table_results` (None: not run): the fit the check
+  decides on (`claims.decided_fit`) beside the paper's exponent."""
   lines = table("k", "(a, b)", "fitted L0", "alpha", "R^2", "paper alpha", "(ours - paper) / se",
                 "R_L by depth", "best single cosine layer", "best mixture")
   grids = [(fit, records.runs_of(results, fit)) for results in table_results
@@ -199,7 +190,7 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
 
 def table5_lines(results: dict | None) -> list[str]:
   """Table 5 rows of a Table 1 run's softmax grids: the gap fit the check decides on
-  (`checks.gap_fit`), the gap from the best single cosine layer, C_L and A_L - C_L by depth."""
+  (`checks.gap_fit`) and C_L and A_L - C_L by depth."""
   lines = table("(a, b)", "gap alpha (L0 held at its fit; se of the slope)", "R^2", "depths",
                 "local slopes", "gap alpha from the best single cosine layer", "C_L by depth",
                 "C_L, last doubling", "A_L - C_L by depth", "A_L - C_L, last doubling")
@@ -251,8 +242,7 @@ def easy_section(results: dict | None, metrics: list[dict]) -> list[str]:
 
 
 def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
-  """Where the law appears: per (regime, workdir, results) the depth fit, its floor against the
-  paper's and the change of C_L and A_L - C_L over the last doubling of depth."""
+  """Where the law appears: the depth fit and levelling off per (regime, workdir, results)."""
   if not regimes:
     return []
   target = paper.table1_floor("softmax", "topk", 2, 0.0, 0.0)
@@ -274,8 +264,7 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
 
 
 def _run_line(name: str, results: dict) -> str:
-  """One run in words: depths, seeds, steps (per depth where a join gave depths their own
-  budgets), |W_x| fixed or free, the averaging window, clean models, wall time."""
+  """One run in words: depths, seeds, steps, |W_x|, averaging window, clean models, time."""
   config, runs = results["config"], results["runs"]
   steps_by_depth = {r["depth"]: r["steps"] for r in runs}
   steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
@@ -290,8 +279,7 @@ def _run_line(name: str, results: dict) -> str:
 
 
 def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
-  """Tables 1, 4 and 5 in the SGD law's regime (results of SGD_TABLE_RUNS by run name), each
-  beside the paper's, with their checks (`claims.sgd_table_checks`)."""
+  """Tables 1, 4 and 5 in the SGD law's regime (results by run name) and their checks."""
   lines = ["## Tables 1, 4 and 5 under constant-step SGD (regimes.SGD_LAW, SGD_STATIONARY)", ""]
   if not tables:
     return lines + [f"Not run (no results under {SGD_TABLES_ROOT})."]
@@ -321,7 +309,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
 
 
 def run_times_sentence(all_results: dict[str, dict], names) -> str:
-  """'Runs, with their training and evaluation time ...: NAME (M min), ...' for a report."""
+  """'Runs, with their training and evaluation time ...: NAME (M min), ...'."""
   return ("Runs, with their training and evaluation time (compilation included, theory bounds "
           "not): " + ", ".join(f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
                                    if name in all_results else f"{name} (not run)"
@@ -347,8 +335,7 @@ def _colours(fits) -> dict:
 
 
 def plot_overview(all_results: dict[str, dict]):
-  """Figure 1: log-log R_L against depth, a colour per spectrum, softmax solid and linear
-  dashed; difficult task left, easy task right."""
+  """Figure 1: R_L against depth, a colour per spectrum; difficult task left, easy right."""
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
   fits = [f for results in all_results.values() for f in results["fits"]
           if not analysis.is_ensemble(f["model"])]
@@ -400,8 +387,7 @@ def plot_table1_decomposition(results: dict):
 
 
 def plot_modewise(panels: list[tuple[str, list[dict]]]):
-  """Normalised mode-wise loss (loss along eigen-direction j over that of predicting 0)
-  against depth, a line per mode, one panel per (title, run records of one grid)."""
+  """Mode-wise loss over the zero predictor's against depth, a panel per (title, grid's runs)."""
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
   for ax, (title, runs) in zip(axes[0], panels):
     depths, normalised_LD = records.modewise_means(runs)
@@ -428,8 +414,7 @@ def _plot_columns(ax, logged: list[dict], field: str, labels: list[str], **style
 
 
 def plot_attention_mass(metrics: list[dict], config: dict):
-  """Attention mass on the target's tokens (top-1 mass on the easy task) during training,
-  a line per depth, for one model kind's metrics."""
+  """Attention mass on the target's tokens during training, a line per depth."""
   fig, ax = plt.subplots(figsize=(5.5, 4))
   logged = [m for m in metrics if "selected_mass" in m]
   if logged:
@@ -499,12 +484,11 @@ def _figures(root: str, all_results: dict[str, dict], metrics: dict[str, list[di
 
 
 def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_ROOT) -> str:
-  """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
-  ROOT, of the `regimes` ((name, workdir) pairs) and of the SGD-regime tables under
-  `sgd_tables` (paths from the repository root)."""
+  """Writes ROOT/report.md and ROOT/figures/ from the runs under ROOT, the `regimes` ((name,
+  workdir) pairs) and the SGD-regime tables under `sgd_tables`; returns the report's path."""
   names = [name for name, _ in RUNS]
   all_results, metrics = load_root(root, names)
-  sgd_results = records.load_results(sgd_tables, [name for name, _ in SGD_TABLE_RUNS])
+  sgd_results = records.load_results(sgd_tables, SGD_TABLE_RUNS)
   regime_results = records.load_results(".", [workdir for _, workdir in regimes])
   regime_lines = regime_section([(name, workdir, regime_results[workdir])
                                  for name, workdir in regimes if workdir in regime_results])

@@ -14,13 +14,10 @@ from inverse_depth.report.markdown import row, table
 from inverse_depth.report.run_report import image
 
 # (workdir name, config file, get_config argument) in the order they run.
-RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
-        ("single_stream", "experiments/configs/generalized.py", "single_stream"),
-        ("generalized_top16", "experiments/configs/generalized.py", "top16"),
-        ("m_start_top16", "experiments/configs/generalized.py", "m_start_top16"),
-        ("m_start", "experiments/configs/generalized.py", "m_start"),
-        ("depth_law_top16", "experiments/configs/generalized.py", "depth_law_top16"),
-        ("looped", "experiments/configs/looped.py", None))
+RUNS = tuple((name, "experiments/configs/generalized.py", argument) for name, argument in (
+    ("generalized", "cpu"), ("single_stream", "single_stream"), ("generalized_top16", "top16"),
+    ("m_start_top16", "m_start_top16"), ("m_start", "m_start"),
+    ("depth_law_top16", "depth_law_top16"))) + (("looped", "experiments/configs/looped.py", None),)
 
 # The same variants in the SGD law's regime (experiments/configs/sgd_generalized.py, issues 36
 # and 46): C.3 at the short16 tier (depths 1..16; the short tier is ~5 h per C.3 run on 2 CPU
@@ -59,16 +56,13 @@ def trend_sentence(fit: dict) -> str:
   """The depth trend of one grid in words, from its fit and paired differences."""
   if len(fit["losses"]) < 2:
     return "fewer than two clean depths"
-  first, last = fit["losses"][0], fit["losses"][-1]
-  first_depth, last_depth = int(fit["depths"][0]), int(fit["depths"][-1])
   falls, rises = checks.falls_and_rises(fit)
-  steps = len(fit.get("paired_differences", []))
   law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
          f"(R^2 {fit['r2']:.3f})" if fit["resolved"] else fit.get("verdict", "no fit"))
-  return (f"R_{last_depth} / R_{first_depth} = {last / first:.3f}; of {steps} "
-          f"depth doublings {falls} fall and {rises} rise beyond "
-          f"{checks.EXPONENT_STANDARD_ERRORS:g} paired standard errors; "
-          f"{law}")
+  return (f"R_{int(fit['depths'][-1])} / R_{int(fit['depths'][0])} = "
+          f"{fit['losses'][-1] / fit['losses'][0]:.3f}; of "
+          f"{len(fit.get('paired_differences', []))} depth doublings {falls} fall and {rises} "
+          f"rise beyond {checks.EXPONENT_STANDARD_ERRORS:g} paired standard errors; {law}")
 
 
 def depth_table(results: dict) -> list[str]:
@@ -93,20 +87,9 @@ def depth_table(results: dict) -> list[str]:
   return lines
 
 
-def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
-  """A grid's steps and batch, and its validation loss's change over the last evaluation
-  interval (`analysis.last_interval_change`)."""
-  own = records.kind_config(results["config"], fit["model"])
-  text = f"{own['max_steps']} steps, batch {own['batch_size']}"
-  if change is not None:
-    text += (f"; mean validation loss {100 * change['mean']:+.1f}% over the last "
-             f"{change['steps']} steps (largest single-model fall "
-             f"{100 * change['largest_fall']:+.1f}%)")
-  return text
-
-
 def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> list[str]:
-  """Per grid: our trend beside the paper's description, and the verdict from both."""
+  """Per grid: how it trained (and its validation loss's change over the last evaluation
+  interval, `analysis.last_interval_change`), our trend beside the paper's, the verdict."""
   lines = table("run", "model", "task", "bound (best single cosine layer)", "training",
                 "flagged models", "our depth trend (clean models)", "the paper", "verdict")
   for name, results in all_results.items():
@@ -115,10 +98,15 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       total = len(records.runs_of(results, fit))
       flagged = len(fit.get("flagged") or [])
       change = analysis.last_interval_change(metrics.get(name, []), fit)
+      own = records.kind_config(results["config"], fit["model"])
+      training = f"{own['max_steps']} steps, batch {own['batch_size']}" + (
+          "" if change is None else f"; mean validation loss {100 * change['mean']:+.1f}% over "
+          f"the last {change['steps']} steps (largest single-model fall "
+          f"{100 * change['largest_fall']:+.1f}%)")
       lines.append(row(name, fit["model"], f"top-{fit['k']}",
-                       f"{bound['single']:.4g}" if "single" in bound else "-",
-                       training_sentence(results, fit, change), f"{flagged} of {total}",
-                       trend_sentence(fit), paper.APPENDIX_C_STATEMENTS.get(fit["model"], "-"),
+                       f"{bound['single']:.4g}" if "single" in bound else "-", training,
+                       f"{flagged} of {total}", trend_sentence(fit),
+                       paper.APPENDIX_C_STATEMENTS.get(fit["model"], "-"),
                        checks.trend_against_paper(fit, change and change["mean"], flagged,
                                                   total)))
   return lines

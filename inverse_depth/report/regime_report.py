@@ -9,9 +9,10 @@ not, and whether the layers stay on one cosine scorer.
 import os
 
 from inverse_depth import records
-from inverse_depth.report import plt, run_report
-from inverse_depth.report.markdown import fit_cells, row, table
 from inverse_depth.files import write_text_atomic
+from inverse_depth.report import plt
+from inverse_depth.report.markdown import fit_cells, row, table
+from inverse_depth.report.run_report import depth_ticks, image
 from inverse_depth.workdir import read_results
 
 # (field of records.regime_rows, panel title)
@@ -41,13 +42,11 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
     for i, name in enumerate(rows):
       by_depth = rows[name][field]
       ax.plot(list(by_depth), list(by_depth.values()), "o-", color=f"C{i}", label=name)
-    ax.set(xscale="log", xlabel="depth L", title=label)
-    ax.set_xticks(depths, [str(L) for L in depths], minor=False)
-    ax.set_xticks([], minor=True)
+    ax.set(xlabel="depth L", title=label)
+    depth_ticks(ax, depths)
     ax.title.set_fontsize(9)
   axes[0, 0].set_yscale("log")
   axes[0, 0].legend(fontsize=7)
-  figure = run_report.save_report_figure(fig, out_dir, "regimes")
   lines = ["# Training regimes side by side", "",
            "Seed means over each run's clean models (flagged and diverged ones left out).", ""]
   lines += table("regime", "run", "how it trains", "fit L0", "alpha", "R^2")
@@ -57,7 +56,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
     lines += ["", f"**{label}**", ""] + table("regime", *(f"L={L}" for L in depths))
     lines += [row(name, *(f"{rows[name][field][L]:.4g}" if L in rows[name][field] else "-"
                           for L in depths)) for name in rows]
-  lines += ["", f"![regimes]({figure})", ""]
+  lines += ["", image("regimes", fig, out_dir, "regimes"), ""]
   path = os.path.join(out_dir, "regimes.md")
   write_text_atomic(path, "\n".join(lines))
   return path

@@ -14,6 +14,12 @@ from inverse_depth.report.markdown import cell, fit_cells, percent, pm, row, sec
 
 WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
 
+# The lines a grid's theory bound draws across a depth plot, by its kind: (field, style, label).
+BOUND_LINES = {"softmax_bound": (("single", "--", "best single cosine layer"),
+                                 ("mixture", ":", "best mixture of cosine layers")),
+               "linear_floor": (("floor", "--", "linear floor theory"),
+                                ("context_floor", ":", "floor at this P (S^r q)"))}
+
 
 def save_report_figure(fig, directory: str, name: str) -> str:
   """Saves `fig` as directory/figures/NAME.png and closes it; returns the markdown's link."""
@@ -60,19 +66,14 @@ def plot_depth_scaling(results: dict):
       ax.plot(dense, fit_curve(fit, dense), "-", color=color, alpha=0.8,
               label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
     bound = fit.get("bound")
-    if bound and bound["kind"] == "softmax_bound" and not analysis.is_ensemble(fit["model"]):
-      ax.axhline(bound["single"], color=color, ls="--", lw=1,
-                 label=f"best single cosine layer {bound['single']:.4g}")
-      ax.axhline(bound["mixture"], color=color, ls=":", lw=1,
-                 label=f"best mixture of cosine layers {bound['mixture']:.4g}")
+    if not bound or analysis.is_ensemble(fit["model"]):
+      continue
+    for key, style, label in BOUND_LINES[bound["kind"]]:
+      ax.axhline(bound[key], color=color, ls=style, lw=1, label=f"{label} {bound[key]:.4g}")
+    if bound["kind"] == "softmax_bound":
       optima = [entry["loss"] for entry in bound["average_by_layers"]]
       ax.plot(range(1, len(optima) + 1), optima, "s--", ms=3, lw=0.8, color=color,
               label="best L cosine layers (theory)")
-    elif bound and bound["kind"] == "linear_floor":
-      ax.axhline(bound["floor"], color=color, ls="--", lw=1,
-                 label=f"linear floor theory {bound['floor']:.4g}")
-      ax.axhline(bound["context_floor"], color=color, ls=":", lw=1,
-                 label=f"floor at this P (S^r q) {bound['context_floor']:.4g}")
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (clean models)")
   ax.legend(fontsize=7)
   return fig
