@@ -10,7 +10,8 @@ from inverse_depth import analysis, claims, paper, records, theory
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt, run_report
-from inverse_depth.report.markdown import cell, fit_cells, percent, pm, row, series, spectrum, table
+from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
+                                           spectrum, table)
 from inverse_depth.report.run_report import depth_ticks, image, save_report_figure
 from inverse_depth.workdir import read_metrics
 
@@ -41,11 +42,6 @@ def _fit_cells(fit: dict) -> str:
   return fit_cells(fit, c_spec=None, alpha_spec=(".2f", ".2g"))
 
 
-def _bound_cell(bound: dict, key: str) -> str:
-  """'value +- se' of a theory bound's `key`; '-' without a bound."""
-  return pm(bound, key) if bound else "-"
-
-
 def table1_section(results: dict | None) -> list[str]:
   """Table 1: per spectrum, the softmax and linear floors beside the paper's and theory's."""
   lines = _not_run("## Table 1: floors on the difficult task (top-2)", results, "table1")
@@ -69,10 +65,10 @@ def table1_section(results: dict | None) -> list[str]:
       bound = fit.get("bound") or {}
       cells += [f"{value:.4g} ({how})", cell(target), percent(value, target)]
       if model == "softmax":
-        cells += [_bound_cell(bound, "single"), _bound_cell(bound, "mixture")]
+        cells += [pm(bound, key) if bound else "-" for key in ("single", "mixture")]
       else:
         flat, _ = checks_lib.linear_depth_change(fit, records.runs_of(results, fit))
-        cells += [_bound_cell(bound, "floor"), f"{100 * flat:+.2f}%"]
+        cells += [pm(bound, "floor") if bound else "-", f"{100 * flat:+.2f}%"]
     lines.append(row(*cells))
   return lines + [
       "", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a depth "
@@ -84,8 +80,7 @@ def table1_section(results: dict | None) -> list[str]:
 
 
 def table2_section(results: dict | None) -> list[str]:
-  """Table 2: fitted exponents beside zeta, 2 zeta and the slopes theory gives on the run's own
-  depths and d (`theory.depth_slopes`)."""
+  """Table 2: fitted exponents beside zeta, 2 zeta and theory's slopes on the same depths."""
   lines = _not_run("## Table 2: linear model, easy task: R_L = c L^-alpha", results, "table2")
   if results is None:
     return lines
@@ -287,19 +282,20 @@ def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
             ""] + [f"- {_run_line(name, results)}" for name, results in tables.items()]
   table1 = tables.get("table1")
   if table1:
-    lines += ["", "### Table 1: fitted softmax floors (top-2)", ""]
-    lines += table("(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0",
-                   "diff", "best single cosine layer", "L0 vs single layer",
-                   "R_L at the deepest clean depth (shown, not counted)")
+    rows = []
     for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
       bound = fit.get("bound") or {}
       depth, loss = records.deepest(fit)
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
-      lines.append(row(spectrum(fit), _fit_cells(decided), cell(target), percent(L0, target),
-                       _bound_cell(bound, "single"),
-                       percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
+      rows.append(row(spectrum(fit), _fit_cells(decided), cell(target), percent(L0, target),
+                      pm(bound, "single") if bound else "-",
+                      percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
+    lines += section("### Table 1: fitted softmax floors (top-2)", (
+        "(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0", "diff",
+        "best single cosine layer", "L0 vs single layer",
+        "R_L at the deepest clean depth (shown, not counted)"), rows)
     lines += ["", "### Table 5: gap fit L0 - C_L = c L^-alpha (Table 1 spectra)", ""]
     lines += table5_lines(table1)
   if tables.get("table4") or tables.get("table4_top16"):

@@ -1,11 +1,6 @@
-"""FINDINGS.md: the claims of inverse_depth.claims rendered, one row each, from the committed
-results.json files, so that it cannot drift from the data (tests/test_findings.py regenerates
-it and compares).
-
-Each row names the claim, the paper's number, ours, the training regime (the name the run's
-config recorded), a verdict counted from the checks (checks.verdict_of) and the folders that
-hold the runs.
-"""
+"""FINDINGS.md: a row per claim of inverse_depth.claims (the paper's number, ours, the
+training regime, the verdict counted from its checks, the runs), from the committed
+results.json files, so that it cannot drift from the data (tests/test_findings.py)."""
 
 from inverse_depth import checks, claims, records
 from inverse_depth.files import write_text_atomic
@@ -13,8 +8,7 @@ from inverse_depth.report.markdown import row as table_row, table
 
 
 def regime_name(config: dict, model: str = "softmax") -> str:
-  """The training regime a run's `model` models were trained in, as its config recorded it
-  (a name of experiments/configs/regimes.py, docs/regimes.md)."""
+  """The regime a run's `model` models trained in, as its config names it (docs/regimes.md)."""
   return f"`{records.kind_config(config, model)['regime']}`"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from inverse_depth import analysis, checks, claims, evaluation, paper, records
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
-from inverse_depth.report.markdown import row, table
+from inverse_depth.report.markdown import pm, row, table
 from inverse_depth.report.run_report import image
 
 # (workdir name, config file, get_config argument) in the order they run.
@@ -66,30 +66,22 @@ def trend_sentence(fit: dict) -> str:
 
 
 def depth_table(results: dict) -> list[str]:
-  """Per grid and depth, over the non-diverged seeds: R_L, C_L, A_L - C_L, parameters, and m,
-  m g_2/g_1 and rho where learned."""
+  """Per grid and depth, over the non-diverged seeds (`records.variant_rows`)."""
   lines = table("model", "depth", "R_L (+- seed se)", "C_L", "A_L - C_L", "flagged", "parameters",
                 "m (seeds)", "m g_2/g_1 (seeds)", "rho of S_1 (R^2)")
   for fit in results["fits"]:
-    runs = [r for r in records.runs_of(results, fit) if not r["diverged"]]
-    loss, shared, gap = (records.depth_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
-    for depth in sorted(loss):
-      at = [r for r in runs if r["depth"] == depth]
-      m_text, step_text = (", ".join(f"{r[field]:+.2f}" for r in at) if field in at[0] else "-"
-                           for field in ("m", "m_effective"))
-      rho_text = (f"{np.mean([r['first_layer_rho'] for r in at]):.3f} "
-                  f"({np.mean([r['first_layer_rho_r2'] for r in at]):.2f})"
-                  if "first_layer_rho" in at[0] else "-")
-      lines.append(row(fit["model"], depth, f"{loss[depth][0]:.4g} +- {loss[depth][1]:.2g}",
-                       f"{shared[depth][0]:.4g}", f"{gap[depth][0]:.4g}",
-                       f"{sum(bool(r.get('flagged')) for r in at)} of {len(at)}",
-                       at[0]["parameters"], m_text, step_text, rho_text))
+    for d in records.variant_rows(results, fit):
+      seeds = ("-" if d[field] is None else ", ".join(f"{m:+.2f}" for m in d[field])
+               for field in ("m", "m_effective"))
+      lines.append(row(fit["model"], d["depth"], pm(d, "eval_loss"), f"{d['C']:.4g}",
+                       f"{d['disagreement']:.4g}", f"{d['flagged']} of {d['models']}",
+                       d["parameters"], *seeds,
+                       "-" if d["rho"] is None else f"{d['rho']:.3f} ({d['rho_r2']:.2f})"))
   return lines
 
 
 def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> list[str]:
-  """Per grid: how it trained (and its validation loss's change over the last evaluation
-  interval, `analysis.last_interval_change`), our trend beside the paper's, the verdict."""
+  """Per grid: how it trained, our depth trend beside the paper's, and the verdict."""
   lines = table("run", "model", "task", "bound (best single cosine layer)", "training",
                 "flagged models", "our depth trend (clean models)", "the paper", "verdict")
   for name, results in all_results.items():
@@ -113,19 +105,18 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
 
 
 def m_summary(all_results: dict[str, dict]) -> list[str]:
-  """C.3's learned m and its invariant m g_2/g_1 per run: seed means per depth."""
+  """C.3's learned m and its invariant m g_2/g_1 per run (`records.context_weights`)."""
   lines = []
   for name, results in all_results.items():
-    runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
-    if not runs:
+    found = records.context_weights(results)
+    if found is None:
       continue
     start = records.kind_config(results["config"], "context_updates").get(
         "context_update_m_init", 0.0)
-    text = f"- {name} (top-{runs[0]['k']}, m starts at {start:g}): m = " + ", ".join(
-        f"{m:+.2f} (L={d})" for d, (m, _) in sorted(records.depth_means(runs, "m").items()))
-    if "m_effective" in runs[0]:
-      text += "; m g_2/g_1 = " + ", ".join(
-          f"{m:+.2f}" for _, (m, _) in sorted(records.depth_means(runs, "m_effective").items()))
+    text = f"- {name} (top-{found['k']}, m starts at {start:g}): m = " + ", ".join(
+        f"{m:+.2f} (L={d})" for d, m in found["m"].items())
+    if found["m_effective"] is not None:
+      text += "; m g_2/g_1 = " + ", ".join(f"{m:+.2f}" for m in found["m_effective"].values())
     lines.append(text + ".")
   return lines
 
@@ -207,8 +198,8 @@ def plot_looped(all_results: dict[str, dict]):
 
 
 def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
-  """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of `runs` under ROOT
-  and of claims.APPENDIX_C_RUNS under the repository root `base`."""
+  """Writes ROOT/report.md and ROOT/figures/ from `runs` under ROOT and the appendix C runs
+  under the repository root `base`; returns the report's path."""
   names = [name for name, _, _ in runs]
   all_results, metrics = combined_report.load_root(root, names)
   regime = claims.REGIME_NAMES[claims.SGD_GENERALIZED if runs == SGD_RUNS
@@ -231,10 +222,10 @@ def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
             f"fit resolves one with {checks.TREND_ALPHA_RANGE[0]:g} <= alpha <= "
             f"{checks.TREND_ALPHA_RANGE[1]:g} and R^2 >= {checks.TREND_MIN_R2:g}, a fall where no "
             "doubling rises and at most one fails to fall, and cannot say where the mean "
-            f"validation loss still fell by more than {100 * checks.UNDER_TRAINED_FALL:g}% over the "
-            "last evaluation interval or more than half the models are flagged. C.1 and C.3 "
-            "are cascaded: their layer predictors are f_l = z_0 + L (z_l - z_{l-1}), so "
-            "R = C + (A - C)/L holds exactly for them too.",
+            "validation loss still fell by more than "
+            f"{100 * checks.UNDER_TRAINED_FALL:g}% over the last evaluation interval or more "
+            "than half the models are flagged. C.1 and C.3 are cascaded: their layer predictors "
+            "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
             "", "## Learned context weight m (C.3)", "",
             "m alone is not identifiable: the output depends on m only through g_{j+1} m^j "
             "(g_j = W_o W_v^j W_y), so (W_v, W_o, m) -> (c W_v, W_o / c, m / c) leaves every "

@@ -13,9 +13,9 @@ def row(*cells) -> str:
   return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
-def section(title: str, intro: str, columns: tuple, rows: list[str]) -> list[str]:
-  """A '## title' section: its intro paragraph and table; no lines without rows."""
-  return ["", f"## {title}", "", intro, ""] + table(*columns) + rows if rows else []
+def section(title: str, columns: tuple, rows: list[str], intro: str = "") -> list[str]:
+  """A section: its title line ('## ...'), intro paragraph and table; none without rows."""
+  return ["", title, ""] + ([intro, ""] if intro else []) + table(*columns) + rows if rows else []
 
 
 def cell(value: float | None, spec: str = "g") -> str:

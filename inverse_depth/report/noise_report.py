@@ -67,8 +67,8 @@ def write_markdown(workdir: str, found: dict | None = None) -> str:
 
 
 def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
-  """out_dir/sweep.md (the table) and out_dir/figures/sweep.png (R_L - L0 against L, log-log,
-  one curve per setting) from the runs' results.json and sgd_noise.json; returns the path."""
+  """OUT_DIR/sweep.md and figures/sweep.png (R_L - L0 against L, a curve per setting) from the
+  runs' results.json and sgd_noise.json; returns the markdown's path."""
   lines = ["# The SGD law against optimiser noise", "",
            "Per setting: the fit R_L = L0 + c L^-alpha over the clean models, A_L - C_L at the "
            "deepest depth whose models all passed the stationarity test, and c predicted from "

@@ -1,10 +1,5 @@
-"""Several training regimes of one problem side by side, from their results.json alone: the
-depth curve, the shared error C_L, the disagreement A_L - C_L and how the layers score
-(diagnostics.scoring_geometry), so that a reader sees where the law appears, where it does
-not, and whether the layers stay on one cosine scorer.
-
-    python -m experiments.compare_regimes --out=DIR --runs=NAME=WORKDIR,NAME=WORKDIR,...
-"""
+"""Several training regimes of one problem side by side (experiments.compare_regimes), from
+their results.json alone: R_L, C_L, A_L - C_L and how the layers score by depth."""
 
 import os
 
@@ -24,6 +19,7 @@ PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
 
 
 def _regime_text(config: dict) -> str:
+  """How a run trains, in words."""
   rate = config["learning_rate"]
   window = config.get("stationary_evals", 1)
   return (f"{config['optimizer']} {config['schedule']} {rate:g}, qk {config['qk_init']} "
@@ -32,8 +28,8 @@ def _regime_text(config: dict) -> str:
 
 
 def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
-  """figures/regimes.png and regimes.md in `out_dir` from {regime name: workdir}; returns
-  the markdown's path. Each workdir's first fit is its grid (one problem per run)."""
+  """OUT_DIR/regimes.md and figures/regimes.png from {regime name: workdir} (each run's first
+  fit is its grid); returns the markdown's path."""
   results = {name: read_results(workdir) for name, workdir in workdirs.items()}
   rows = {name: records.regime_rows(r) for name, r in results.items()}
   depths = sorted({L for by_field in rows.values() for L in by_field["eval_loss"]})

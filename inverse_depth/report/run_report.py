@@ -169,16 +169,16 @@ def _header(results: dict) -> list[str]:
 
 def _depth_fits(results: dict) -> list[str]:
   """Each grid's depth fit and its gap fit (`checks.gap_fit`, n/a without a floor)."""
-  lines = ["", "## Depth fits  R_L = L0 + c L^-alpha", ""]
-  lines += table("grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 "
-                 "held at the weighted fit's; se of the slope; local slopes)")
+  rows = []
   for fit in results["fits"]:
     gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))
     gap_text = (f"{pm(gap, 'alpha', '.3f', '.3f')} on depths {gap['depths']}; local slopes "
                 + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
-    lines.append(row(records.grid_label(fit), fit_cells(fit), gap_text))
-  return lines
+    rows.append(row(records.grid_label(fit), fit_cells(fit), gap_text))
+  return section("## Depth fits  R_L = L0 + c L^-alpha", (
+      "grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 held at the "
+      "weighted fit's; se of the slope; local slopes)"), rows)
 
 
 def _weighted_fits(results: dict) -> list[str]:
@@ -195,11 +195,11 @@ def _weighted_fits(results: dict) -> list[str]:
     errors = ", ".join(f"{L:g}: {e:.2g}" for L, e in zip(fits["depths"], fits["errors"]))
     rows.append(row(label, "per-depth se used as weights", errors, "-", "-", "-"))
   return section(
-      "The law check's fits, weighted by each depth's standard error",
-      "Each depth's error is the larger of the spread over seeds and the models' own error "
-      "(over time for a window average, else over evaluation contexts) over sqrt(seeds). "
-      "The law check needs both depth sets in range (checks.depth_law).",
-      ("grid", "depths", "L0", "c", "alpha", "R^2"), rows)
+      "## The law check's fits, weighted by each depth's standard error",
+      ("grid", "depths", "L0", "c", "alpha", "R^2"), rows,
+      "Each depth's error is the larger of the spread over seeds and the models' own error (over "
+      "time for a window average, else over evaluation contexts) over sqrt(seeds). The law "
+      "check needs both depth sets in range (checks.depth_law).")
 
 
 def _window_fits(results: dict) -> list[str]:
@@ -212,37 +212,35 @@ def _window_fits(results: dict) -> list[str]:
     for alpha in (None, 1.0):
       for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], WINDOW_MIN_DEPTHS,
                                                alpha=alpha):
-        depths = f"{window['smallest_depth']:g}..{max(fit['depths']):g}"
         exponent = f"{alpha:g} (held)" if alpha else pm(window, "alpha", ".3f", ".3f")
-        if not window["resolved"]:
-          rows.append(row(records.grid_label(fit), depths, window["verdict"],
-                          exponent if alpha else "-", "-", "-"))
-        else:
-          rows.append(row(records.grid_label(fit), depths, pm(window, "L0"), exponent,
-                          f"{window['r2']:.4f}", percent(window["L0"], target)))
+        cells = ((pm(window, "L0"), exponent, f"{window['r2']:.4f}",
+                  percent(window["L0"], target)) if window["resolved"]
+                 else (window["verdict"], exponent if alpha else "-", "-", "-"))
+        rows.append(row(records.grid_label(fit),
+                        f"{window['smallest_depth']:g}..{max(fit['depths']):g}", *cells))
   return section(
-      "Depth fits by window: the same fit over L >= L_min",
-      "A law that holds at every depth gives the same L0 and alpha on every window. The "
-      "rows with alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 "
-      "says how well that law describes the curve.",
-      ("grid", "depths", "L0", "alpha", "R^2", "L0 against the paper's Table 1 floor"), rows)
+      "## Depth fits by window: the same fit over L >= L_min",
+      ("grid", "depths", "L0", "alpha", "R^2", "L0 against the paper's Table 1 floor"), rows,
+      "A law that holds at every depth gives the same L0 and alpha on every window. The rows "
+      "with alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 says how well "
+      "that law describes the curve.")
 
 
 def _against_theory(results: dict) -> list[str]:
   """Each grid's fitted floor and deepest loss beside its theory bound and the paper's L0."""
-  lines = ["", "## Against theory and the paper", ""]
-  lines += table("grid", "fitted L0", "R at the deepest depth", "theory bound",
-                 "best mixture of cosine layers", "paper Table 1 L0")
+  rows = []
   for fit in results["fits"]:
     bound = fit.get("bound") or {}
     target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-    lines.append(row(records.grid_label(fit),
-                     f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved",
-                     f"{fit['losses'][-1] if fit['losses'] else float('nan'):.4g}",
-                     f"{pm(bound, 'reference')} ({bound['kind']})" if bound else "not computed",
-                     pm(bound, "mixture") if bound.get("kind") == "softmax_bound" else "-",
-                     cell(target)))
-  return lines
+    rows.append(row(records.grid_label(fit),
+                    f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved",
+                    f"{fit['losses'][-1] if fit['losses'] else float('nan'):.4g}",
+                    f"{pm(bound, 'reference')} ({bound['kind']})" if bound else "not computed",
+                    pm(bound, "mixture") if bound.get("kind") == "softmax_bound" else "-",
+                    cell(target)))
+  return section("## Against theory and the paper", (
+      "grid", "fitted L0", "R at the deepest depth", "theory bound",
+      "best mixture of cosine layers", "paper Table 1 L0"), rows)
 
 
 def _cosine_layers(results: dict) -> list[str]:
@@ -250,18 +248,17 @@ def _cosine_layers(results: dict) -> list[str]:
   rows = []
   for fit in results["fits"]:
     optima = (fit.get("bound") or {}).get("average_by_layers")
-    if not optima or analysis.is_ensemble(fit["model"]):
-      continue
-    trained = dict(zip(fit["depths"], fit["losses"]))
-    rows += [row(records.grid_label(fit), L, f"{entry['loss']:.4g}",
-                 f"{trained[L]:.4g}" if L in trained else "-")
-             for L, entry in enumerate(optima, start=1)]
+    if optima and not analysis.is_ensemble(fit["model"]):
+      trained = dict(zip(fit["depths"], fit["losses"]))
+      rows += [row(records.grid_label(fit), L, f"{entry['loss']:.4g}",
+                   f"{trained[L]:.4g}" if L in trained else "-")
+               for L, entry in enumerate(optima, start=1)]
   return section(
-      "Against the best L cosine-scoring layers (theory)",
-      "The controlled model with every layer scoring by softmax(temperature x cosine) at a "
-      "grid temperature, equal weights 1/L and one gain, optimised exhaustively on the "
-      "bound's contexts (other contexts than the trained models' evaluation set).",
-      ("grid", "L", "best L cosine layers", "trained R_L"), rows)
+      "## Against the best L cosine-scoring layers (theory)",
+      ("grid", "L", "best L cosine layers", "trained R_L"), rows,
+      "The controlled model with every layer scoring by softmax(temperature x cosine) at a grid "
+      "temperature, equal weights 1/L and one gain, optimised exhaustively on the bound's "
+      "contexts (other contexts than the trained models' evaluation set).")
 
 
 def _ensemble_comparison(results: dict) -> list[str]:
@@ -276,12 +273,12 @@ def _ensemble_comparison(results: dict) -> list[str]:
       rows.append(row(depth, f"{joint_R:.4f}", f"{ensemble_R:.4f}",
                       f"{joint_R - ensemble_R:+.4f}", f"{joint_gap:.3g}", f"{ensemble_gap:.3g}"))
     lines += section(
-        f"Depth or ensemble? {records.grid_label(joint)}",
-        "Jointly trained depth-L model against the average of L one-layer models trained "
-        "alone on the same stream (means over clean seeds). Where the two agree, depth acts "
-        "as an ensemble; where they differ, joint training does something an ensemble "
-        "cannot.", ("depth", "joint R_L", "ensemble R_L", "joint - ensemble",
-                    "joint A_L - C_L", "ensemble A_L - C_L"), rows)
+        f"## Depth or ensemble? {records.grid_label(joint)}",
+        ("depth", "joint R_L", "ensemble R_L", "joint - ensemble", "joint A_L - C_L",
+         "ensemble A_L - C_L"), rows,
+        "Jointly trained depth-L model against the average of L one-layer models trained alone "
+        "on the same stream (means over clean seeds). Where the two agree, depth acts as an "
+        "ensemble; where they differ, joint training does something an ensemble cannot.")
   return lines
 
 
@@ -342,14 +339,14 @@ def _stationarity(results: dict) -> list[str]:
     return []
   first_step = config["max_steps"] - (config["stationary_evals"] - 1) * config["eval_every"]
   return section(
-      "Stationary evaluation",
-      f"R, A and C are averages over {config['stationary_evals']} evaluations, steps "
-      f"{first_step}..{config['max_steps']} every {config['eval_every']}; the error over "
-      "time allows for the correlation of consecutive evaluations. A model is stationary "
-      f"when its two half-window means and its slope are within "
-      f"{config['stationarity_z']:g} standard errors of no change.",
+      "## Stationary evaluation",
       ("model", "L", "seed", "R (time average)", "se over time", "final iterate",
-       "first half -> second half", "halves (se)", "slope (se)", "stationary"), rows)
+       "first half -> second half", "halves (se)", "slope (se)", "stationary"), rows,
+      f"R, A and C are averages over {config['stationary_evals']} evaluations, steps "
+      f"{first_step}..{config['max_steps']} every {config['eval_every']}; the error over time "
+      "allows for the correlation of consecutive evaluations. A model is stationary when its "
+      f"two half-window means and its slope are within {config['stationarity_z']:g} standard "
+      "errors of no change.")
 
 
 def write_report(workdir: str) -> str:
