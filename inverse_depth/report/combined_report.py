@@ -148,8 +148,7 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
 
 
 def table4_lines(table_results: list[dict | None]) -> list[str]:
-  """Table 4 rows of the softmax grids of `table_results` (None: not run): the fit the check
-  decides on (`claims.decided_fit`) beside the paper's exponent."""
+  """Table 4 rows of the runs' softmax grids: the fit the check decides on, beside the paper's."""
   lines = table("k", "(a, b)", "fitted L0", "alpha", "R^2", "paper alpha", "(ours - paper) / se",
                 "R_L by depth", "best single cosine layer", "best mixture")
   grids = [(fit, records.runs_of(results, fit)) for results in table_results
@@ -184,8 +183,7 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
 
 
 def table5_lines(results: dict | None) -> list[str]:
-  """Table 5 rows of a Table 1 run's softmax grids: the gap fit the check decides on
-  (`checks.gap_fit`) and C_L and A_L - C_L by depth."""
+  """Table 5 rows of a Table 1 run's softmax grids: the gap fit the check decides on and more."""
   lines = table("(a, b)", "gap alpha (L0 held at its fit; se of the slope)", "R^2", "depths",
                 "local slopes", "gap alpha from the best single cosine layer", "C_L by depth",
                 "C_L, last doubling", "A_L - C_L by depth", "A_L - C_L, last doubling")

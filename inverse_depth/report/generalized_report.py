@@ -34,8 +34,7 @@ SGD_JOINED = ("looped", "looped4", "single_stream", "per_layer_values")
 
 
 def regime_claims(base: str = ".") -> list[str]:
-  """Per appendix C claim, its status and fits in each regime of claims.APPENDIX_C_RUNS (under
-  the repository root `base`) and where it holds."""
+  """Per appendix C claim, its status in each regime (runs under `base`) and where it holds."""
   names = [claims.REGIME_NAMES[regime] for regime in claims.APPENDIX_C_RUNS]
   lines = table("claim", "the paper", *names, "holds in")
   for key, claim, model, k in claims.APPENDIX_C:

@@ -283,8 +283,7 @@ def _ensemble_comparison(results: dict) -> list[str]:
 
 
 def _grid_section(results: dict, fit: dict) -> list[str]:
-  """One grid's table per depth (`records.depth_rows`), its layers' scoring geometry and the
-  models left out."""
+  """One grid: its depth table, its layers' scoring geometry and the models left out."""
   runs = records.runs_of(results, fit)
   averaged = any("beta_averaged_loss" in r for r in runs)
   lines = ["", f"## {records.grid_label(fit)}", ""]
