@@ -24,7 +24,7 @@ from absl import app, flags
 from experiments.configs import tables
 from inverse_depth import checks, paper, theory
 from inverse_depth.files import write_json_atomic, write_text_atomic
-from inverse_depth.report.markdown import pm, row, spectrum, table, value_or_dash
+from inverse_depth.report.markdown import cell, pm, row, spectrum, table
 
 SIZES = dict(d=16, P=128, k=2)  # the paper's softmax size (docs/sizes.md)
 
@@ -61,7 +61,7 @@ def _by_layers_table(results: dict, field: str, label: str) -> list[str]:
     falls.append(1 - by_layers[1]["loss"] / by_layers[0]["loss"])
     settled_from.append(checks.settled_depth(by_layers, bound["mixture"]))
     target = paper.table1_floor("softmax", "topk", results["sizes"]["k"], bound["a"], bound["b"])
-    lines.append(row(spectrum(bound), value_or_dash(target),
+    lines.append(row(spectrum(bound), cell(target),
                      *(f"{entry['loss']:.4f}" for entry in by_layers), pm(bound, "mixture", ".4f"),
                      f"{-100 * falls[-1]:.1f}%", _excess_text(by_layers[-1]),
                      ", ".join(f"{t:.3g}" for t in by_layers[-1]["temperatures"])))

@@ -95,7 +95,7 @@ def _law_cell(fit: dict, results: dict | None = None) -> str:
 # --- the checks of each table, shared with the combined report ------------------------------
 
 
-def table1_checks(results: dict) -> list[checks.Check]:
+def table1_checks(results: dict | None) -> list[checks.Check]:
   """Per Table 1 spectrum: the softmax floor, the linear model flat in depth and at its
   plateau, and softmax below linear."""
   soft = {(f["a"], f["b"]): f for f in records.fits_of(results, "softmax")}
@@ -112,7 +112,7 @@ def table1_checks(results: dict) -> list[checks.Check]:
   return [check for check in found if check is not None]
 
 
-def table2_checks(results: dict) -> list[checks.Check]:
+def table2_checks(results: dict | None) -> list[checks.Check]:
   """Per Table 2 spectrum: the linear exponent between zeta and 2 zeta."""
   return [checks.table2_exponent_band(fit) for fit in records.fits_of(results, "linear")]
 
@@ -149,10 +149,20 @@ def table4_checks(table_results: list[dict | None]) -> list[checks.Check]:
   return [check for check in found if check is not None]
 
 
-def table5_checks(results: dict) -> list[checks.Check]:
+def table5_checks(results: dict | None) -> list[checks.Check]:
   """Per softmax grid of a Table 1 run: its gap exponent against the paper's range."""
   return [checks.table5_gap_exponent(fit, checks.gap_fit(fit, runs), runs)
           for fit in records.fits_of(results, "softmax") for runs in [_runs(results, fit)]]
+
+
+def reproduce_checks(tables: dict[str, dict]) -> list[checks.Check]:
+  """The checks of the `make reproduce` runs (results by run name): Tables 1, 2 and 3, the easy
+  task, then Tables 4 and 5."""
+  table1, easy = tables.get("table1"), tables.get("easy")
+  return (table1_checks(table1) + table2_checks(tables.get("table2"))
+          + table3_checks(linear_grids(tables)) + (easy_checks(easy) if easy else [])
+          + table4_checks([tables.get("table4"), tables.get("table4_top16")])
+          + table5_checks(table1))
 
 
 def sgd_table_checks(tables: dict[str, dict]) -> list[checks.Check]:

@@ -267,3 +267,36 @@ def m_profiles(results: dict) -> list[dict]:
                      lowest=(None if np.ptp(loss) <= 1e-9 * loss.min()
                              else offsets[int(np.argmin(loss))])))
   return rows
+
+
+def variant_rows(results: dict, fit: dict) -> list[dict]:
+  """Per depth of one grid, over its non-diverged models (flagged ones included): the seed
+  means of R (with its se, `eval_loss_se`), C and A - C, how many are flagged of `models`,
+  one model's parameters, and where learned each seed's m and m g_2/g_1 and the mean rho of
+  S_1 with its R^2 (None where not)."""
+  runs = [r for r in runs_of(results, fit) if not r["diverged"]]
+  means = {field: depth_means(runs, field) for field in ("eval_loss", "C", "disagreement")}
+  rows = []
+  for depth in sorted(means["eval_loss"]):
+    at = [r for r in runs if r["depth"] == depth]
+    found = {field: by_depth[depth][0] for field, by_depth in means.items()}
+    found.update(depth=depth, eval_loss_se=means["eval_loss"][depth][1], models=len(at),
+                 flagged=sum(bool(r.get("flagged")) for r in at), parameters=at[0]["parameters"])
+    for field in ("m", "m_effective"):
+      found[field] = [r[field] for r in at] if field in at[0] else None
+    for name, field in (("rho", "first_layer_rho"), ("rho_r2", "first_layer_rho_r2")):
+      found[name] = np.mean([r[field] for r in at]) if "first_layer_rho" in at[0] else None
+    rows.append(found)
+  return rows
+
+
+def context_weights(results: dict) -> dict | None:
+  """The learned context weight m of a run's non-diverged C.3 models
+  (diagnostics.effective_context_step): their k and {depth: seed mean} of m and of m g_2/g_1
+  (None where not recorded); None without C.3 models."""
+  runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
+  if not runs:
+    return None
+  means = {field: {d: m for d, (m, _) in sorted(depth_means(runs, field).items())}
+           if field in runs[0] else None for field in ("m", "m_effective")}
+  return dict(means, k=runs[0]["k"])

@@ -1,7 +1,6 @@
-"""The report layer: figures, markdown and the per-table sections, built from results.json
-files alone. It imports the science modules (analysis, theory, checks, records, ...) and is
-never imported by them (tests/test_layers.py). Importing it selects matplotlib's
-non-interactive Agg backend.
+"""The report layer: markdown and figures from results.json files alone. It imports the
+science modules and is never imported by them (tests/test_layers.py); importing it selects
+matplotlib's Agg backend.
 
     run_report        one workdir's report.md and figures (experiments.run writes it)
     combined_report   the paper's Tables 1-5 from `make reproduce` and the SGD-regime tables

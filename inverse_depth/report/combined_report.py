@@ -1,12 +1,6 @@
-"""The combined reproduction report: the paper's Tables 1-5 and diagnostics, from the
-results.json (and metrics.jsonl) of each table's workdir alone, opened by the committed runs
-of the regime comparison (REGIME_RUNS) and of the tables in the SGD law's regime
-(SGD_TABLE_RUNS under SGD_TABLES_ROOT).
-
-Layout: ROOT/<run>/ for each run in RUNS (each an ordinary experiment workdir), and
-ROOT/report.md with ROOT/figures/*.png written here. A run that is missing is reported
-as not run; nothing is filled in.
-"""
+"""The combined reproduction report, ROOT/report.md and ROOT/figures/: the paper's Tables 1-5
+from the `make reproduce` runs under ROOT (a missing one reported as not run), after the
+regime comparison (REGIME_RUNS) and the tables in the SGD law's regime (SGD_TABLE_RUNS)."""
 
 import os
 
@@ -16,33 +10,26 @@ from inverse_depth import analysis, claims, config as config_lib, paper, records
 from inverse_depth import checks as checks_lib
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt, run_report
-from inverse_depth.report.markdown import (fit_cells, percent, pm, row, spectrum, table,
-                                           value_or_dash)
+from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
+                                           spectrum, table)
+from inverse_depth.report.run_report import depth_ticks, image, save_report_figure
 from inverse_depth.workdir import read_metrics
 
 # (workdir name, config file) in the order `make reproduce` runs them. Table 5 and the
 # selection error are read from the Table 1 run.
-RUNS = (("table1", "experiments/configs/table1.py"),
-        ("table4", "experiments/configs/table4.py"),
-        ("table4_top16", "experiments/configs/table4_top16.py"),
-        ("table3", "experiments/configs/table3.py"),
-        ("table3_top2", "experiments/configs/table3_top2.py"),
-        ("easy", "experiments/configs/easy.py"),
-        ("table2", "experiments/configs/table2.py"))
+RUNS = tuple((name, f"experiments/configs/{name}.py") for name in (
+    "table1", "table4", "table4_top16", "table3", "table3_top2", "easy", "table2"))
 
-# The first section of the combined report: one committed run per training regime at the
-# paper's size (softmax, top-2, isotropic, d = 16, P = 128), paths from the repository root.
+# The first section: one committed run per training regime at the paper's size (softmax,
+# top-2, isotropic, d = 16, P = 128), paths from the repository root.
 REGIME_RUNS = (("constant-step SGD at its stationary state (regimes.SGD_STATIONARY)",
                 "results/sgd_law_stationary"),
                ("annealed Adam (regimes.ANNEALED_ADAM)", "results/depth_law"))
 
-
-# Tables 1, 4 and 5 trained in the SGD law's regime (experiments/configs/sgd_table*.py),
-# committed as one folder of workdirs; the combined report's second section.
+# The second section: Tables 1, 4 and 5 trained in the SGD law's regime, one workdir per
+# config experiments/configs/sgd_NAME.py, under SGD_TABLES_ROOT.
 SGD_TABLES_ROOT = claims.SGD_TABLES
-SGD_TABLE_RUNS = (("table1", "experiments/configs/sgd_table1.py"),
-                  ("table4", "experiments/configs/sgd_table4.py"),
-                  ("table4_top16", "experiments/configs/sgd_table4_top16.py"))
+SGD_TABLE_RUNS = ("table1", "table4", "table4_top16")
 
 
 def _not_run(title: str, results: dict | None, name: str) -> list[str]:
@@ -50,11 +37,16 @@ def _not_run(title: str, results: dict | None, name: str) -> list[str]:
   return [title, ""] + (["Not run (no results.json for " + name + ")."] if results is None else [])
 
 
-def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Check]]:
-  """Table 1 rows (both models, seven spectra) and the checks the issue asks for."""
+def _fit_cells(fit: dict) -> str:
+  """'L0 +- se | alpha +- se | R^2' of a fit, or its verdict."""
+  return fit_cells(fit, c_spec=None, alpha_spec=(".2f", ".2g"))
+
+
+def table1_section(results: dict | None) -> list[str]:
+  """Table 1: per spectrum, the softmax and linear floors beside the paper's and theory's."""
   lines = _not_run("## Table 1: floors on the difficult task (top-2)", results, "table1")
   if results is None:
-    return lines, []
+    return lines
   lines += table("(a, b)", "softmax floor", "paper", "diff", "best single cosine layer",
                  "best mixture", "linear floor", "paper", "diff", "theory T - h^T G^+ h",
                  "linear floor vs its L = 2 loss (same measure)")
@@ -68,64 +60,57 @@ def table1_section(results: dict | None) -> tuple[list[str], list[checks_lib.Che
         cells += ["not run"] + ["-"] * 4
         continue
       value, how = (records.floor_of(fit) if model == "softmax"
-                     else records.linear_floor_of(results, fit))
+                    else records.linear_floor_of(results, fit))
       target = paper.table1_floor(model, "topk", 2, *key)
       bound = fit.get("bound") or {}
-      cells += [f"{value:.4g} ({how})", value_or_dash(target), percent(value, target)]
+      cells += [f"{value:.4g} ({how})", cell(target), percent(value, target)]
       if model == "softmax":
-        cells += [pm(bound, "single") if bound else "-", pm(bound, "mixture") if bound else "-"]
+        cells += [pm(bound, key) if bound else "-" for key in ("single", "mixture")]
       else:
         flat, _ = checks_lib.linear_depth_change(fit, records.runs_of(results, fit))
         cells += [pm(bound, "floor") if bound else "-", f"{100 * flat:+.2f}%"]
     lines.append(row(*cells))
-  lines += ["", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a "
-            "depth law, else the deepest clean loss (shown; only a fitted L0 is checked against "
-            "the paper's). Linear floor: the deepest clean loss (the "
-            "plateau; its fit has no depth dependence to resolve), averaged exactly over beta "
-            "where the run recorded it (Table 3). Theory columns: "
-            "`theory.softmax_bound` and `theory.linear_floor` on the run's own contexts."]
-  return lines, claims.table1_checks(results)
+  return lines + [
+      "", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a depth "
+      "law, else the deepest clean loss (shown; only a fitted L0 is checked against the "
+      "paper's). Linear floor: the deepest clean loss (the plateau; its fit has no depth "
+      "dependence to resolve), averaged exactly over beta where the run recorded it (Table 3). "
+      "Theory columns: `theory.softmax_bound` and `theory.linear_floor` on the run's own "
+      "contexts."]
 
 
-def table2_section(results: dict | None) -> tuple[list[str], list[checks_lib.Check]]:
-  """Fitted exponents beside zeta and 2 zeta (the asymptotic band) and beside the slopes
-  theory gives on the run's own depths and d: L repeated unit steps (the start of a
-  `value_init="identity"` model with step 1) and the best degree-L polynomial."""
+def table2_section(results: dict | None) -> list[str]:
+  """Table 2: fitted exponents beside zeta, 2 zeta and theory's slopes on the same depths."""
   lines = _not_run("## Table 2: linear model, easy task: R_L = c L^-alpha", results, "table2")
   if results is None:
-    return lines, []
+    return lines
   lines += table("(a, b)", "zeta", "alpha (ours)", "R^2", "2 zeta", "paper alpha", "diff",
                  "between zeta and 2 zeta?", "slope of L unit steps, same depths",
                  "slope of the best polynomial, same depths", "losses by depth")
   d = results["runs"][0]["d"] if results["runs"] else None
   for fit in records.fits_of(results, "linear"):
-    a, b, depths = fit["a"], fit["b"], fit["depths"]
-    z = theory.zeta(a, b)
+    z = theory.zeta(fit["a"], fit["b"])
     alpha = fit["alpha"] if fit["resolved"] else float("nan")
-    target = paper.TABLE2_ALPHA.get((a, b))
-    repeated, best = theory.depth_slopes(d, a, b, depths)
-    in_band = checks_lib.table2_exponent_band(fit).passed
+    target = paper.TABLE2_ALPHA.get((fit["a"], fit["b"]))
+    repeated, best = theory.depth_slopes(d, fit["a"], fit["b"], fit["depths"])
     lines.append(row(spectrum(fit), f"{z:.3g}", f"{alpha:.3f} +- {fit['alpha_se']:.2g}",
-                     f"{fit['r2']:.4f}", f"{2 * z:.3g}", value_or_dash(target),
-                     percent(alpha, target), "yes" if in_band else "no", f"{repeated:.2f}",
-                     f"{best:.2f}", ", ".join(f"{L:g}: {R:.3g}"
-                                              for L, R in zip(depths, fit["losses"]))))
-  lines += ["", f"zeta and 2 zeta bound the exponent as L and d grow. On the run's own depths "
-            f"and d = {d}, theory gives the two slopes beside them: L identical unit steps of "
-            "gradient descent (`theory.repeated_update_risk`) and the best degree-L residual "
-            "polynomial on the d eigenvalues (`theory.optimal_polynomial_risk`, the lowest loss a "
-            "depth-L model can reach as P grows). A model that starts as the first and trains "
-            "towards the second has a slope between them."]
-  return lines, claims.table2_checks(results)
+                     f"{fit['r2']:.4f}", f"{2 * z:.3g}", cell(target), percent(alpha, target),
+                     "yes" if checks_lib.table2_exponent_band(fit).passed else "no",
+                     f"{repeated:.2f}", f"{best:.2f}", series(fit["depths"], fit["losses"], ".3g")))
+  return lines + [
+      "", f"zeta and 2 zeta bound the exponent as L and d grow. On the run's own depths and d = "
+      f"{d}, theory gives the two slopes beside them: L identical unit steps of gradient "
+      "descent (`theory.repeated_update_risk`) and the best degree-L residual polynomial on the "
+      "d eigenvalues (`theory.optimal_polynomial_risk`, the lowest loss a depth-L model can "
+      "reach as P grows). A model that starts as the first and trains towards the second has a "
+      "slope between them."]
 
 
-def table3_section(linear_grids: list[tuple[dict, list[dict]]]
-                   ) -> tuple[list[str], list[checks_lib.Check]]:
-  """Theory floor against the trained plateau for every linear difficult-task grid
-  (`linear_grids`: (fit record, its run records))."""
+def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
+  """Table 3: theory floor against the trained plateau, per linear grid ((fit, its runs))."""
   lines = ["## Table 3: linear floor, theory against trained", ""]
   if not linear_grids:
-    return lines + ["Not run (no linear difficult-task grid in table1, table3 or table3_top2)."], []
+    return lines + ["Not run (no linear difficult-task grid in table1, table3 or table3_top2)."]
   lines += table("k", "(a, b)", "theory T - h^T G^+ h",
                  "trained: loss averaged over beta (deepest L)", "diff", "trained: held-out MSE",
                  "floor at this P (S^r q)", "diff", "paper theory", "paper trained")
@@ -145,29 +130,25 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]
                      percent(trained, bound["floor"]) if averaged else "-",
                      f"{held_out:.4g} +- {held_out_se:.2g}", pm(bound, "context_floor"),
                      percent(trained, bound["context_floor"]),
-                     value_or_dash(quoted.get("theory")), value_or_dash(quoted.get("trained"))))
-  lines += ["", "Trained: the loss of the deepest clean model averaged exactly over the task "
-            "vector beta on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = "
-            "(U w - t)^T Omega (U w - t) with w = d y_hat / d y (the model is linear in the "
-            "labels), the quantity the theory integrates; beside it the held-out MSE on the "
-            "whole evaluation set, one beta per context, whose chi-square noise over beta makes "
-            "it several times noisier per context. Theory: the paper's "
-            "floor takes the population covariance, Phi = [Sigma q, ..., Sigma^L q]. A trained "
-            "model applies its polynomial to the context's own covariance S = (1/P) sum_i x_i "
-            "x_i^T, whose powers S^r q lean towards the inputs most aligned with q, the ones "
-            "the target averages: the floor at this P (`context_floor` of "
-            "`theory.linear_floor`, same contexts) is the lowest loss such a model can reach at "
-            "the trained P, and the two differ most when k/P is large and the spectrum flat. "
-            "results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and "
-            "8192; its README gives both floors and the trained loss at each P."]
-  return lines, claims.table3_checks(linear_grids)
+                     cell(quoted.get("theory")), cell(quoted.get("trained"))))
+  return lines + [
+      "", "Trained: the loss of the deepest clean model averaged exactly over the task vector "
+      "beta on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = (U w - t)^T "
+      "Omega (U w - t) with w = d y_hat / d y (the model is linear in the labels), the quantity "
+      "the theory integrates; beside it the held-out MSE on the whole evaluation set, one beta "
+      "per context, whose chi-square noise over beta makes it several times noisier per "
+      "context. Theory: the paper's floor takes the population covariance, Phi = [Sigma q, ..., "
+      "Sigma^L q]. A trained model applies its polynomial to the context's own covariance S = "
+      "(1/P) sum_i x_i x_i^T, whose powers S^r q lean towards the inputs most aligned with q, "
+      "the ones the target averages: the floor at this P (`context_floor` of "
+      "`theory.linear_floor`, same contexts) is the lowest loss such a model can reach at the "
+      "trained P, and the two differ most when k/P is large and the spectrum flat. "
+      "results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and 8192; its "
+      "README gives both floors and the trained loss at each P."]
 
 
 def table4_lines(table_results: list[dict | None]) -> list[str]:
-  """Table 4 rows of every softmax grid of `table_results` (None for a run not finished): the
-  weighted fit the Table 4 check decides on (`claims.decided_fit`) beside the paper's
-  exponent and its distance in the fit's standard errors, R_L by depth, and the best single
-  and mixed cosine layers (the range a fit has to work with)."""
+  """Table 4 rows of the runs' softmax grids: the fit the check decides on, beside the paper's."""
   lines = table("k", "(a, b)", "fitted L0", "alpha", "R^2", "paper alpha", "(ours - paper) / se",
                 "R_L by depth", "best single cosine layer", "best mixture")
   grids = [(fit, records.runs_of(results, fit)) for results in table_results
@@ -179,19 +160,31 @@ def table4_lines(table_results: list[dict | None]) -> list[str]:
     target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
     distance = (f"{checks_lib.exponent_distance(decided, target):+.1f}"
                 if decided["resolved"] and target else "-")
-    curve = ", ".join(f"{L:g}: {R:.4g}" for L, R in zip(fit["depths"], fit["losses"]))
     bound = fit.get("bound") or {}
-    lines.append(row(fit["k"], spectrum(fit), _fit_cells(decided), value_or_dash(target),
-                     distance, curve, *(f"{bound[key]:.4g}" if bound.get(key) else "-"
-                                        for key in ("single", "mixture"))))
+    lines.append(row(fit["k"], spectrum(fit), _fit_cells(decided), cell(target), distance,
+                     series(fit["depths"], fit["losses"], ".4g"),
+                     *(f"{bound[key]:.4g}" if bound.get(key) else "-"
+                       for key in ("single", "mixture"))))
   return lines
 
 
+def table4_section(table_results: list[dict | None]) -> list[str]:
+  """Table 4 of `make reproduce` (top-2 and top-16 runs) and the regime they trained in."""
+  lines = ["## Table 4: softmax depth exponents", ""] + table4_lines(table_results)
+  config = next((config_lib.flat(results["config"]) for results in table_results if results),
+                None)
+  if config is None:
+    return lines
+  return lines + ["", (
+      f"These runs train from the {config['qk_init']} query/key start (scale "
+      f"{config['qk_init_scale']:g}) with {config['optimizer']} at learning rate "
+      f"{config['learning_rate']:g} ({config['schedule']} schedule) for {config['max_steps']} "
+      "steps. The same spectra in the SGD law's regime are in the section \"Tables 1, 4 and 5 "
+      "under constant-step SGD\"; FINDINGS.md says which reproduce.")]
+
+
 def table5_lines(results: dict | None) -> list[str]:
-  """Table 5 rows of a Table 1 run's softmax grids: the gap fit the Table 5 check decides on
-  (`checks.gap_fit`: L0 held at its weighted fit, the slope's standard error, its local
-  slopes), the same gap measured from the best single cosine layer instead of the fitted
-  L0, and C_L and A_L - C_L by depth with their change over the last doubling."""
+  """Table 5 rows of a Table 1 run's softmax grids: the gap fit the check decides on and more."""
   lines = table("(a, b)", "gap alpha (L0 held at its fit; se of the slope)", "R^2", "depths",
                 "local slopes", "gap alpha from the best single cosine layer", "C_L by depth",
                 "C_L, last doubling", "A_L - C_L by depth", "A_L - C_L, last doubling")
@@ -216,21 +209,6 @@ def table5_lines(results: dict | None) -> list[str]:
                   "levelling off."]
 
 
-def table4_section(table_results: list[dict | None]) -> list[str]:
-  """The Table 4 runs of `make reproduce` (top-2 and top-16) and the regime they trained in."""
-  lines = ["## Table 4: softmax depth exponents", ""] + table4_lines(table_results)
-  config = next((config_lib.flat(results["config"]) for results in table_results if results),
-                None)
-  if config is None:
-    return lines
-  return lines + ["", (
-      f"These runs train from the {config['qk_init']} query/key start (scale "
-      f"{config['qk_init_scale']:g}) with {config['optimizer']} at learning rate "
-      f"{config['learning_rate']:g} ({config['schedule']} schedule) for {config['max_steps']} "
-      "steps. The same spectra in the SGD law's regime are in the section \"Tables 1, 4 and 5 "
-      "under constant-step SGD\"; FINDINGS.md says which reproduce.")]
-
-
 def table5_section(results: dict | None) -> list[str]:
   """Table 5 of the `make reproduce` Table 1 run (table5_lines)."""
   lines = _not_run("## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)",
@@ -238,10 +216,27 @@ def table5_section(results: dict | None) -> list[str]:
   return lines if results is None else lines + table5_lines(results)
 
 
+def easy_section(results: dict | None, metrics: list[dict]) -> list[str]:
+  """The easy task: R_L beside E[y*^2] and the final top-1 attention mass, per model."""
+  lines = _not_run("## Easy task (top-1 copy): one softmax layer solves it", results, "easy")
+  if results is None:
+    return lines
+  lines += table("model", "depth", "R_L (mean over unflagged seeds)", "E[y*^2]",
+                 "final top-1 attention mass")
+  last_mass = records.final_selected_mass(metrics)
+  for fit in results["fits"]:
+    runs = records.runs_of(results, fit)
+    second = np.mean([r["target_second_moment"] for r in runs])
+    mass = last_mass.get((fit["model"], fit["a"], fit["b"]))
+    grid_depths = sorted({r["depth"] for r in runs})  # the columns of selected_mass
+    for L, R in zip(fit["depths"], fit["losses"]):
+      lines.append(row(fit["model"], int(L), f"{R:.4g}", f"{second:.4g}",
+                       f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"))
+  return lines
+
+
 def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
-  """Where the law appears: per (regime, workdir, results) the fit of R_L = L0 + c L^-alpha,
-  its floor against the paper's Table 1 value, and the change of C_L and of A_L - C_L over
-  the last doubling of depth (the paper has both level off)."""
+  """Where the law appears: the depth fit and levelling off per (regime, workdir, results)."""
   if not regimes:
     return []
   target = paper.table1_floor("softmax", "topk", 2, 0.0, 0.0)
@@ -257,19 +252,13 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
                 if fit["resolved"] else f"{fit['verdict']} | - | -")
     lines.append(row(name, f"`{workdir}`", f"{min(fit['depths']):g}..{max(fit['depths']):g}",
                      ", ".join(f"{loss:.3f}" for loss in fit["losses"]), fit_text,
-                     f"{checks_lib.last_doubling_change(fit, 'shared_error'):+.1%}",
-                     f"{checks_lib.last_doubling_change(fit, 'disagreement'):+.1%}"))
+                     *(f"{checks_lib.last_doubling_change(fit, field):+.1%}"
+                       for field in ("shared_error", "disagreement"))))
   return lines
 
 
-def _fit_cells(fit: dict) -> str:
-  """'L0 +- se | alpha +- se | R^2' of a fit, or its verdict."""
-  return fit_cells(fit, c_spec=None, alpha_spec=(".2f", ".2g"))
-
-
 def _run_line(name: str, results: dict) -> str:
-  """One run in words: depths, seeds, steps (per depth where a join gave depths their own
-  budgets), |W_x| fixed or free, the averaging window, clean models, wall time."""
+  """One run in words: depths, seeds, steps, |W_x|, averaging window, clean models, time."""
   config, runs = config_lib.flat(results["config"]), results["runs"]
   steps_by_depth = {r["depth"]: r["steps"] for r in runs}
   steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
@@ -283,79 +272,69 @@ def _run_line(name: str, results: dict) -> str:
           f"of {len(runs)} models clean ({results['wall_time_s'] / 60:.0f} min{joined}).")
 
 
-def sgd_tables_section(tables: dict[str, dict]) -> tuple[list[str], list[checks_lib.Check]]:
-  """Tables 1, 4 and 5 in the SGD law's regime, from the results of SGD_TABLE_RUNS by run
-  name: Table 1 floors as fitted L0 (the deepest loss shown, not counted), Table 4 exponents,
-  Table 5 gap exponents, each beside the paper's; with their checks."""
+def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
+  """Tables 1, 4 and 5 in the SGD law's regime (results by run name) and their checks."""
   lines = ["## Tables 1, 4 and 5 under constant-step SGD (regimes.SGD_LAW, SGD_STATIONARY)", ""]
   if not tables:
-    return lines + [f"Not run (no results under {SGD_TABLES_ROOT})."], []
+    return lines + [f"Not run (no results under {SGD_TABLES_ROOT})."]
   lines += [f"Committed runs under `{SGD_TABLES_ROOT}/` (one workdir each, with its report.md):",
             ""] + [f"- {_run_line(name, results)}" for name, results in tables.items()]
   table1 = tables.get("table1")
   if table1:
-    lines += ["", "### Table 1: fitted softmax floors (top-2)", ""]
-    lines += table("(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0",
-                   "diff", "best single cosine layer", "L0 vs single layer",
-                   "R_L at the deepest clean depth (shown, not counted)")
+    rows = []
     for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
       bound = fit.get("bound") or {}
       depth, loss = records.deepest(fit)
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
-      lines.append(row(spectrum(fit), _fit_cells(decided), value_or_dash(target),
-                       percent(L0, target), pm(bound, "single") if bound else "-",
-                       percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
+      rows.append(row(spectrum(fit), _fit_cells(decided), cell(target), percent(L0, target),
+                      pm(bound, "single") if bound else "-",
+                      percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
+    lines += section("### Table 1: fitted softmax floors (top-2)", (
+        "(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0", "diff",
+        "best single cosine layer", "L0 vs single layer",
+        "R_L at the deepest clean depth (shown, not counted)"), rows)
     lines += ["", "### Table 5: gap fit L0 - C_L = c L^-alpha (Table 1 spectra)", ""]
     lines += table5_lines(table1)
   if tables.get("table4") or tables.get("table4_top16"):
     lines += ["", "### Table 4: depth exponents", ""]
     lines += table4_lines([tables.get("table4"), tables.get("table4_top16")])
-  found = claims.sgd_table_checks(tables)
-  return lines + [""] + run_report.check_lines(found), found
+  return lines + [""] + run_report.check_lines(claims.sgd_table_checks(tables))
 
 
-def easy_section(results: dict | None,
-                 metrics: list[dict]) -> tuple[list[str], list[checks_lib.Check]]:
-  lines = _not_run("## Easy task (top-1 copy): one softmax layer solves it", results, "easy")
-  if results is None:
-    return lines, []
-  lines += table("model", "depth", "R_L (mean over unflagged seeds)", "E[y*^2]",
-                 "final top-1 attention mass")
-  last_mass = records.final_selected_mass(metrics)
-  for fit in results["fits"]:
-    runs = records.runs_of(results, fit)
-    second = np.mean([r["target_second_moment"] for r in runs])
-    mass = last_mass.get((fit["model"], fit["a"], fit["b"]))
-    grid_depths = sorted({r["depth"] for r in runs})  # the columns of selected_mass
-    for L, R in zip(fit["depths"], fit["losses"]):
-      lines.append(row(fit["model"], int(L), f"{R:.4g}", f"{second:.4g}",
-                       f"{mass[grid_depths.index(int(L))]:.3f}" if mass is not None else "-"))
-  return lines, claims.easy_checks(results)
+def run_times_sentence(all_results: dict[str, dict], names) -> str:
+  """'Runs, with their training and evaluation time ...: NAME (M min), ...'."""
+  return ("Runs, with their training and evaluation time (compilation included, theory bounds "
+          "not): " + ", ".join(f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
+                                   if name in all_results else f"{name} (not run)"
+                                   for name in names) + ".")
+
+
+def models_line(all_results: dict[str, dict]) -> str:
+  """How many models of a set of runs converged, were stationary and are clean."""
+  n = records.model_counts([r for results in all_results.values() for r in results["runs"]])
+  return (f"Models: {n['trained']} trained; {n['converged']} converged by the "
+          "stated rule (a decayed or constant rate rarely meets it: docs/regimes.md); "
+          + (f"{n['stationary']} of {n['windowed']} "
+             "stationary over their averaging window; " if n["windowed"] else "")
+          + f"{n['clean']} clean (neither diverged nor flagged).")
 
 
 # --- figures ----------------------------------------------------------------------------------
 
 
-def _colours(spectra) -> dict:
-  return {ab: f"C{i}" for i, ab in enumerate(sorted(set(spectra)))}
+def _colours(fits) -> dict:
+  """A colour per spectrum (a, b) of `fits`."""
+  return {ab: f"C{i}" for i, ab in enumerate(sorted({(f["a"], f["b"]) for f in fits}))}
 
 
-def depth_ticks(ax, depths) -> None:
-  """A log depth axis labelled at the grid's depths."""
-  ax.set_xscale("log")
-  ax.set_xticks(depths, [f"{L:g}" for L in depths], minor=False)
-  ax.set_xticks([], minor=True)
-
-
-def plot_overview(all_results: dict[str, dict], path: str) -> None:
-  """Figure 1: log-log R_L against depth, a colour per spectrum, softmax solid and linear
-  dashed; difficult task left, easy task right."""
+def plot_overview(all_results: dict[str, dict]):
+  """Figure 1: R_L against depth, a colour per spectrum; difficult task left, easy right."""
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
   fits = [f for results in all_results.values() for f in results["fits"]
           if not analysis.is_ensemble(f["model"])]
-  colours = _colours((f["a"], f["b"]) for f in fits)
+  colours = _colours(fits)
   for ax, task, title in zip(axes, ("topk", "top1"),
                              ("difficult task (top-k)", "easy task (top-1)")):
     for fit in (f for f in fits if f["task"] == task):
@@ -364,10 +343,10 @@ def plot_overview(all_results: dict[str, dict], path: str) -> None:
               label=f"{fit['model']} k={fit['k']} ({fit['a']:g},{fit['b']:g})")
     ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L", title=title)
     ax.legend(fontsize=5, ncol=2)
-  run_report.save_figure(fig, path)
+  return fig
 
 
-def plot_table1(results: dict, path: str) -> None:
+def plot_table1(results: dict):
   """Per Table 1 spectrum: softmax depth curve with fit and both bounds; linear with theory."""
   columns = max(len(records.fits_of(results, "softmax")), 1)
   fig, axes = plt.subplots(2, columns, figsize=(2.6 * columns, 5.2), squeeze=False)
@@ -384,30 +363,27 @@ def plot_table1(results: dict, path: str) -> None:
       depth_ticks(ax, fit["depths"])
       ax.set_title(f"{model} ({fit['a']:g},{fit['b']:g})", fontsize=7)
       ax.tick_params(labelsize=6)
-  run_report.save_figure(fig, path)
+  return fig
 
 
-def plot_table1_decomposition(results: dict, path: str) -> None:
+def plot_table1_decomposition(results: dict):
   """C_L and A_L - C_L against depth, softmax, a colour per spectrum."""
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   fits = records.fits_of(results, "softmax")
-  colours = _colours((f["a"], f["b"]) for f in fits)
-  for fit in fits:
-    colour = colours[(fit["a"], fit["b"])]
-    axes[0].plot(fit["depths"], fit["shared_error"], "o-", color=colour, ms=3,
-                 label=f"({fit['a']:g},{fit['b']:g})")
-    axes[1].plot(fit["depths"], fit["disagreement"], "o-", color=colour, ms=3)
-  axes[0].set(xscale="log", yscale="log", xlabel="depth L", title="shared error C_L")
-  axes[1].set(xscale="log", yscale="log", xlabel="depth L", title="disagreement A_L - C_L")
+  colours = _colours(fits)
+  for ax, field, title in zip(axes, ("shared_error", "disagreement"),
+                              ("shared error C_L", "disagreement A_L - C_L")):
+    for fit in fits:
+      ax.plot(fit["depths"], fit[field], "o-", color=colours[(fit["a"], fit["b"])], ms=3,
+              label=f"({fit['a']:g},{fit['b']:g})")
+    ax.set(xscale="log", yscale="log", xlabel="depth L", title=title)
   axes[0].legend(fontsize=7)
-  run_report.save_figure(fig, path)
+  return fig
 
 
-def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
-  """Normalised mode-wise loss (loss along eigen-direction j over that of predicting 0)
-  against depth, a line per mode, one panel per (title, run records of one grid)."""
-  fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4),
-                           squeeze=False)
+def plot_modewise(panels: list[tuple[str, list[dict]]]):
+  """Mode-wise loss over the zero predictor's against depth, a panel per (title, grid's runs)."""
+  fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
   for ax, (title, runs) in zip(axes[0], panels):
     depths, normalised_LD = records.modewise_means(runs)
     if not depths:
@@ -421,147 +397,114 @@ def plot_modewise(panels: list[tuple[str, list[dict]]], path: str) -> None:
            title=title)
     ax.title.set_fontsize(8)
     ax.legend(fontsize=6)
-  run_report.save_figure(fig, path)
+  return fig
 
 
-def plot_attention_mass(metrics: list[dict], config: dict, path: str) -> None:
-  """Attention mass on the target's tokens (top-1 mass on the easy task) during training,
-  a line per depth (mean over seeds), for one model kind's metrics."""
+def _plot_columns(ax, logged: list[dict], field: str, labels: list[str], **style) -> None:
+  """metrics.jsonl `field` against step, a line per model column (mean over seeds)."""
+  by_step = np.array([np.mean(m[field], axis=0) for m in logged])  # [steps, columns]
+  for i in range(by_step.shape[1]):
+    ax.plot([m["step"] for m in logged], by_step[:, i],
+            label=labels[i] if i < len(labels) else None, **style)
+
+
+def plot_attention_mass(metrics: list[dict], config: dict):
+  """Attention mass on the target's tokens during training, a line per depth."""
   fig, ax = plt.subplots(figsize=(5.5, 4))
   logged = [m for m in metrics if "selected_mass" in m]
   if logged:
-    mass_by_step = np.array([np.mean(m["selected_mass"], axis=0) for m in logged])  # [., M]
-    labels = records.column_labels(config, logged[0]["model"])
-    for i in range(mass_by_step.shape[1]):
-      ax.plot([m["step"] for m in logged], mass_by_step[:, i], label=labels[i])
+    _plot_columns(ax, logged, "selected_mass", records.column_labels(config, logged[0]["model"]))
   ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
   ax.legend(fontsize=7)
-  run_report.save_figure(fig, path)
+  return fig
 
 
-def plot_training_curves(name: str, metrics: list[dict], results: dict, path: str) -> None:
+def plot_training_curves(name: str, metrics: list[dict], results: dict):
   """Validation loss against step, a line per depth (mean over seeds), a panel per grid."""
   grids = sorted({(m["model"], m["a"], m["b"]) for m in metrics})
   columns = min(len(grids), 7) or 1
   rows = -(-len(grids) // columns) or 1
   fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
   for ax, (model, a, b) in zip(axes.flat, grids):
-    lines = [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)]
-    labels = records.column_labels(results["config"], model)
-    val_by_step = np.array([np.mean(m["val_loss"], axis=0) for m in lines])  # [., M]
-    for i in range(val_by_step.shape[1]):
-      ax.plot([m["step"] for m in lines], val_by_step[:, i], lw=1,
-              label=labels[i] if i < len(labels) else None)
+    _plot_columns(ax, [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)],
+                  "val_loss", records.column_labels(results["config"], model), lw=1)
     ax.set_yscale("log")
     ax.set_title(f"{name}: {model} ({a:g},{b:g})", fontsize=7)
     ax.tick_params(labelsize=6)
   labelled = next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)
   if labelled is not None:  # None when there are no metrics lines at all
     labelled.legend(fontsize=5)
-  run_report.save_figure(fig, path)
+  return fig
 
 
-def run_times_sentence(all_results: dict[str, dict], names) -> str:
-  """'Runs, with their training and evaluation time ...: NAME (M min), ...' for a report."""
-  return ("Runs, with their training and evaluation time (compilation included, theory bounds "
-          "not): " + ", ".join(f"{name} ({all_results[name]['wall_time_s'] / 60:.0f} min)"
-                                   if name in all_results else f"{name} (not run)"
-                                   for name in names) + ".")
-
-
-def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]], str]:
-  """What a combined report reads: the results and metrics of each finished run in `names`,
-  and ROOT/figures (created)."""
+def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+  """The results and metrics of each finished run of `names` under `root`, by run name."""
   all_results = records.load_results(root, names)
-  metrics = {name: read_metrics(os.path.join(root, name)) for name in all_results}
-  figures = os.path.join(root, "figures")
-  os.makedirs(figures, exist_ok=True)
-  return all_results, metrics, figures
+  return all_results, {name: read_metrics(os.path.join(root, name)) for name in all_results}
 
 
-def models_line(all_results: dict[str, dict]) -> str:
-  """How many of the models behind a set of runs converged by the stated rule, were stationary
-  over their averaging window (where they have one), and are clean (`records.model_counts`)."""
-  n = records.model_counts([r for results in all_results.values() for r in results["runs"]])
-  return (f"Models: {n['trained']} trained; {n['converged']} converged by the "
-          "stated rule (a decayed or constant rate rarely meets it: docs/regimes.md); "
-          + (f"{n['stationary']} of {n['windowed']} "
-             "stationary over their averaging window; " if n["windowed"] else "")
-          + f"{n['clean']} clean (neither diverged nor flagged).")
-
-
-def _figures(all_results: dict[str, dict], metrics: dict[str, list[dict]], figures: str
+def _figures(root: str, all_results: dict[str, dict], metrics: dict[str, list[dict]]
              ) -> list[str]:
-  """Draws the combined report's figures under `figures`; returns its Figures section."""
-  table1 = all_results.get("table1")
+  """Draws the combined report's figures under ROOT/figures; returns its Figures section."""
+  table1, table2 = all_results.get("table1"), all_results.get("table2")
   if all_results:
-    plot_overview(all_results, os.path.join(figures, "overview.png"))
+    save_report_figure(plot_overview(all_results), root, "overview")
   lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]
-  modewise_panels = []
+  modewise = []
   if table1:
-    plot_table1(table1, os.path.join(figures, "table1_depth.png"))
-    plot_table1_decomposition(table1, os.path.join(figures, "table1_decomposition.png"))
     if records.selection_percentiles(table1):  # selection_section links it only then
-      run_report.plot_selection(table1, os.path.join(figures, "selection_error.png"))
+      save_report_figure(run_report.plot_selection(table1), root, "selection_error")
     lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear theory "
-              "floor; dotted: best mixture):", "", "![table 1](figures/table1_depth.png)", "",
-              "![C_L and A_L - C_L](figures/table1_decomposition.png)"]
-    modewise_panels.append(("softmax, top-2, (1, 0)", [
+              "floor; dotted: best mixture):", "",
+              image("table 1", plot_table1(table1), root, "table1_depth"), "",
+              image("C_L and A_L - C_L", plot_table1_decomposition(table1), root,
+                    "table1_decomposition")]
+    modewise.append(("softmax, top-2, (1, 0)", [
         r for r in table1["runs"] if r["model"] == "softmax" and (r["a"], r["b"]) == (1.0, 0.0)]))
-  if "table2" in all_results:
-    modewise_panels.append(("linear, top-1, (1, 2)", [r for r in all_results["table2"]["runs"]
-                                                      if (r["a"], r["b"]) == (1.0, 2.0)]))
-  if modewise_panels:
-    plot_modewise(modewise_panels, os.path.join(figures, "modewise.png"))
+  if table2:
+    modewise.append(("linear, top-1, (1, 2)",
+                     [r for r in table2["runs"] if (r["a"], r["b"]) == (1.0, 2.0)]))
+  if modewise:
     lines += ["", "Normalised mode-wise loss (sequential for linear, collapsed for softmax in "
-              "the paper):", "", "![mode-wise loss](figures/modewise.png)"]
+              "the paper):", "", image("mode-wise loss", plot_modewise(modewise), root, "modewise")]
   if metrics.get("easy") and "easy" in all_results:
-    plot_attention_mass([m for m in metrics["easy"] if m["model"] == "softmax"],
-                        all_results["easy"]["config"],
-                        os.path.join(figures, "easy_attention_mass.png"))
-    lines += ["", "![top-1 attention mass](figures/easy_attention_mass.png)"]
+    fig = plot_attention_mass([m for m in metrics["easy"] if m["model"] == "softmax"],
+                              all_results["easy"]["config"])
+    lines += ["", image("top-1 attention mass", fig, root, "easy_attention_mass")]
   for name, results in all_results.items():
-    plot_training_curves(name, metrics[name], results,
-                         os.path.join(figures, f"training_{name}.png"))
+    fig = plot_training_curves(name, metrics[name], results)
     lines += ["", f"Training curves, {name} (validation loss per depth):", "",
-              f"![training {name}](figures/training_{name}.png)"]
+              image(f"training {name}", fig, root, f"training_{name}")]
   return lines
 
 
 def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_ROOT) -> str:
-  """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of the runs under
-  ROOT, of the `regimes` ((name, workdir) pairs) and of the SGD-regime tables under
-  `sgd_tables` (paths from the repository root)."""
-  all_results, metrics, figures = load_root(root, [name for name, _ in RUNS])
-  sgd_results = records.load_results(sgd_tables, [name for name, _ in SGD_TABLE_RUNS])
-  sgd_lines, _ = sgd_tables_section(sgd_results)
+  """Writes ROOT/report.md and ROOT/figures/ from the runs under ROOT, the `regimes` ((name,
+  workdir) pairs) and the SGD-regime tables under `sgd_tables`; returns the report's path."""
+  names = [name for name, _ in RUNS]
+  all_results, metrics = load_root(root, names)
+  sgd_results = records.load_results(sgd_tables, SGD_TABLE_RUNS)
   regime_results = records.load_results(".", [workdir for _, workdir in regimes])
   regime_lines = regime_section([(name, workdir, regime_results[workdir])
                                  for name, workdir in regimes if workdir in regime_results])
   table1 = all_results.get("table1")
-  sections, checks = [], []
-  for lines, found in (
-      table1_section(table1), table2_section(all_results.get("table2")),
-      table3_section(claims.linear_grids(all_results)),
-      easy_section(all_results.get("easy"), metrics.get("easy", []))):
-    sections += [""] + lines
-    checks += found
   table4_runs = [all_results.get("table4"), all_results.get("table4_top16")]
-  checks += claims.table4_checks(table4_runs) + (claims.table5_checks(table1) if table1 else [])
-  for lines in (table4_section(table4_runs), table5_section(table1),
-                run_report.selection_section(table1)):
-    sections += [""] + lines
-  header = ["# Reproducing the paper: Tables 1-5", "",
-            "Every number below comes from committed runs; the paper's values are references, "
-            "never inputs. The first two sections are in the regime where the paper's law "
-            "appears (constant-step SGD); the rest are the runs of `make reproduce` under this "
-            "directory, in the regime of each table's config (Adam).", ""]
-  header += regime_lines + ([""] if regime_lines else [])
-  header += sgd_lines + (["", models_line(sgd_results), ""] if sgd_results else [""])
-  header += ["## The `make reproduce` runs under this directory", "",
-             run_times_sentence(all_results, [name for name, _ in RUNS]), "",
-             models_line(all_results), ""] + run_report.check_lines(checks)
+  lines = ["# Reproducing the paper: Tables 1-5", "",
+           "Every number below comes from committed runs; the paper's values are references, "
+           "never inputs. The first two sections are in the regime where the paper's law "
+           "appears (constant-step SGD); the rest are the runs of `make reproduce` under this "
+           "directory, in the regime of each table's config (Adam).", ""]
+  lines += regime_lines + ([""] if regime_lines else []) + sgd_tables_section(sgd_results)
+  lines += ["", models_line(sgd_results), ""] if sgd_results else [""]
+  lines += ["## The `make reproduce` runs under this directory", "",
+            run_times_sentence(all_results, names), "", models_line(all_results), ""]
+  lines += run_report.check_lines(claims.reproduce_checks(all_results))
+  for section in (table1_section(table1), table2_section(all_results.get("table2")),
+                  table3_section(claims.linear_grids(all_results)),
+                  easy_section(all_results.get("easy"), metrics.get("easy", [])),
+                  table4_section(table4_runs), table5_section(table1),
+                  run_report.selection_section(table1)):
+    lines += [""] + section
   path = os.path.join(root, "report.md")
-  write_text_atomic(path, "\n".join(header + sections + _figures(all_results, metrics, figures))
-                    + "\n")
+  write_text_atomic(path, "\n".join(lines + _figures(root, all_results, metrics)) + "\n")
   return path

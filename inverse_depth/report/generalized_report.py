@@ -1,10 +1,6 @@
-"""The generalised-models report (paper appendix C and its looped question), from the
-results.json (and metrics.jsonl) of each run's workdir alone.
-
-Layout: ROOT/<run>/ for each run in RUNS (ordinary experiment workdirs), ROOT/report.md
-and ROOT/figures/*.png written here. Every statement about a trend is computed from the
-numbers (fit, paired differences, learned m); the paper's description stands beside it
-as text, never as an input.
+"""The generalised-models report (paper appendix C and looped layers), ROOT/report.md and
+ROOT/figures/, from the runs under ROOT (RUNS or SGD_RUNS, experiment workdirs) alone. Every
+trend is computed from the numbers; the paper's description stands beside it as text.
 """
 
 import os
@@ -14,16 +10,14 @@ import numpy as np
 from inverse_depth import analysis, checks, claims, evaluation, paper, records
 from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
-from inverse_depth.report.markdown import row, table
+from inverse_depth.report.markdown import pm, row, table
+from inverse_depth.report.run_report import image
 
 # (workdir name, config file, get_config argument) in the order they run.
-RUNS = (("generalized", "experiments/configs/generalized.py", "cpu"),
-        ("single_stream", "experiments/configs/generalized.py", "single_stream"),
-        ("generalized_top16", "experiments/configs/generalized.py", "top16"),
-        ("m_start_top16", "experiments/configs/generalized.py", "m_start_top16"),
-        ("m_start", "experiments/configs/generalized.py", "m_start"),
-        ("depth_law_top16", "experiments/configs/generalized.py", "depth_law_top16"),
-        ("looped", "experiments/configs/looped.py", None))
+RUNS = tuple((name, "experiments/configs/generalized.py", argument) for name, argument in (
+    ("generalized", "cpu"), ("single_stream", "single_stream"), ("generalized_top16", "top16"),
+    ("m_start_top16", "m_start_top16"), ("m_start", "m_start"),
+    ("depth_law_top16", "depth_law_top16"))) + (("looped", "experiments/configs/looped.py", None),)
 
 # The same variants in the SGD law's regime (experiments/configs/sgd_generalized.py, issues 36
 # and 46): C.3 at the short16 tier (depths 1..16; the short tier is ~5 h per C.3 run on 2 CPU
@@ -40,9 +34,7 @@ SGD_JOINED = ("looped", "looped4", "single_stream", "per_layer_values")
 
 
 def regime_claims(base: str = ".") -> list[str]:
-  """Per appendix C claim (claims.APPENDIX_C), its status in each regime of
-  claims.APPENDIX_C_RUNS (runs under the repository root `base`) with the variant's and the
-  controlled model's fits, and in which regimes it holds."""
+  """Per appendix C claim, its status in each regime (runs under `base`) and where it holds."""
   names = [claims.REGIME_NAMES[regime] for regime in claims.APPENDIX_C_RUNS]
   lines = table("claim", "the paper", *names, "holds in")
   for key, claim, model, k in claims.APPENDIX_C:
@@ -63,56 +55,32 @@ def trend_sentence(fit: dict) -> str:
   """The depth trend of one grid in words, from its fit and paired differences."""
   if len(fit["losses"]) < 2:
     return "fewer than two clean depths"
-  first, last = fit["losses"][0], fit["losses"][-1]
-  first_depth, last_depth = int(fit["depths"][0]), int(fit["depths"][-1])
   falls, rises = checks.falls_and_rises(fit)
-  steps = len(fit.get("paired_differences", []))
   law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
          f"(R^2 {fit['r2']:.3f})" if fit["resolved"] else fit.get("verdict", "no fit"))
-  return (f"R_{last_depth} / R_{first_depth} = {last / first:.3f}; of {steps} "
-          f"depth doublings {falls} fall and {rises} rise beyond "
-          f"{checks.EXPONENT_STANDARD_ERRORS:g} paired standard errors; "
-          f"{law}")
+  return (f"R_{int(fit['depths'][-1])} / R_{int(fit['depths'][0])} = "
+          f"{fit['losses'][-1] / fit['losses'][0]:.3f}; of "
+          f"{len(fit.get('paired_differences', []))} depth doublings {falls} fall and {rises} "
+          f"rise beyond {checks.EXPONENT_STANDARD_ERRORS:g} paired standard errors; {law}")
 
 
 def depth_table(results: dict) -> list[str]:
-  """Per model kind and depth, over every non-diverged seed (flagged ones included, and
-  counted): R_L, C_L, A_L - C_L, parameters, and m, m g_2/g_1 and rho where learned."""
+  """Per grid and depth, over the non-diverged seeds (`records.variant_rows`)."""
   lines = table("model", "depth", "R_L (+- seed se)", "C_L", "A_L - C_L", "flagged", "parameters",
                 "m (seeds)", "m g_2/g_1 (seeds)", "rho of S_1 (R^2)")
   for fit in results["fits"]:
-    runs = [r for r in records.runs_of(results, fit) if not r["diverged"]]
-    loss, shared, gap = (records.depth_means(runs, f) for f in ("eval_loss", "C", "disagreement"))
-    for depth in sorted(loss):
-      at = [r for r in runs if r["depth"] == depth]
-      m_text, step_text = (", ".join(f"{r[field]:+.2f}" for r in at) if field in at[0] else "-"
-                           for field in ("m", "m_effective"))
-      rho_text = (f"{np.mean([r['first_layer_rho'] for r in at]):.3f} "
-                  f"({np.mean([r['first_layer_rho_r2'] for r in at]):.2f})"
-                  if "first_layer_rho" in at[0] else "-")
-      lines.append(row(fit["model"], depth, f"{loss[depth][0]:.4g} +- {loss[depth][1]:.2g}",
-                       f"{shared[depth][0]:.4g}", f"{gap[depth][0]:.4g}",
-                       f"{sum(bool(r.get('flagged')) for r in at)} of {len(at)}",
-                       at[0]["parameters"], m_text, step_text, rho_text))
+    for d in records.variant_rows(results, fit):
+      seeds = ("-" if d[field] is None else ", ".join(f"{m:+.2f}" for m in d[field])
+               for field in ("m", "m_effective"))
+      lines.append(row(fit["model"], d["depth"], pm(d, "eval_loss"), f"{d['C']:.4g}",
+                       f"{d['disagreement']:.4g}", f"{d['flagged']} of {d['models']}",
+                       d["parameters"], *seeds,
+                       "-" if d["rho"] is None else f"{d['rho']:.3f} ({d['rho_r2']:.2f})"))
   return lines
 
 
-def training_sentence(results: dict, fit: dict, change: dict | None) -> str:
-  """How a grid was trained, and how much its validation loss still fell over the last
-  evaluation interval (`analysis.last_interval_change`; a model still falling there is
-  under-trained)."""
-  own = records.kind_config(results["config"], fit["model"])
-  text = f"{own['max_steps']} steps, batch {own['batch_size']}"
-  if change is not None:
-    text += (f"; mean validation loss {100 * change['mean']:+.1f}% over the last "
-             f"{change['steps']} steps (largest single-model fall "
-             f"{100 * change['largest_fall']:+.1f}%)")
-  return text
-
-
 def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> list[str]:
-  """One line per variant and task: our trend beside the paper's description, and the
-  verdict computed from both."""
+  """Per grid: how it trained, our depth trend beside the paper's, and the verdict."""
   lines = table("run", "model", "task", "bound (best single cosine layer)", "training",
                 "flagged models", "our depth trend (clean models)", "the paper", "verdict")
   for name, results in all_results.items():
@@ -121,38 +89,39 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       total = len(records.runs_of(results, fit))
       flagged = len(fit.get("flagged") or [])
       change = analysis.last_interval_change(metrics.get(name, []), fit)
+      own = records.kind_config(results["config"], fit["model"])
+      training = f"{own['max_steps']} steps, batch {own['batch_size']}" + (
+          "" if change is None else f"; mean validation loss {100 * change['mean']:+.1f}% over "
+          f"the last {change['steps']} steps (largest single-model fall "
+          f"{100 * change['largest_fall']:+.1f}%)")
       lines.append(row(name, fit["model"], f"top-{fit['k']}",
-                       f"{bound['single']:.4g}" if "single" in bound else "-",
-                       training_sentence(results, fit, change), f"{flagged} of {total}",
-                       trend_sentence(fit), paper.APPENDIX_C_STATEMENTS.get(fit["model"], "-"),
+                       f"{bound['single']:.4g}" if "single" in bound else "-", training,
+                       f"{flagged} of {total}", trend_sentence(fit),
+                       paper.APPENDIX_C_STATEMENTS.get(fit["model"], "-"),
                        checks.trend_against_paper(fit, change and change["mean"], flagged,
                                                   total)))
   return lines
 
 
 def m_summary(all_results: dict[str, dict]) -> list[str]:
-  """The learned context weight m of C.3 per run and its invariant m g_2/g_1
-  (diagnostics.effective_context_step): seed means per depth (every non-diverged model,
-  flagged ones included)."""
+  """C.3's learned m and its invariant m g_2/g_1 per run (`records.context_weights`)."""
   lines = []
   for name, results in all_results.items():
-    runs = [r for r in results["runs"] if r["model"] == "context_updates" and not r["diverged"]]
-    if not runs:
+    found = records.context_weights(results)
+    if found is None:
       continue
     start = records.kind_config(results["config"], "context_updates").get(
         "context_update_m_init", 0.0)
-    text = f"- {name} (top-{runs[0]['k']}, m starts at {start:g}): m = " + ", ".join(
-        f"{m:+.2f} (L={d})" for d, (m, _) in sorted(records.depth_means(runs, "m").items()))
-    if "m_effective" in runs[0]:
-      text += "; m g_2/g_1 = " + ", ".join(
-          f"{m:+.2f}" for _, (m, _) in sorted(records.depth_means(runs, "m_effective").items()))
+    text = f"- {name} (top-{found['k']}, m starts at {start:g}): m = " + ", ".join(
+        f"{m:+.2f} (L={d})" for d, m in found["m"].items())
+    if found["m_effective"] is not None:
+      text += "; m g_2/g_1 = " + ", ".join(f"{m:+.2f}" for m in found["m_effective"].values())
     lines.append(text + ".")
   return lines
 
 
 def m_profile_table(all_results: dict[str, dict]) -> list[str]:
-  """Loss along m at every trained depth (`records.m_profiles`: every other weight as
-  trained), and where along the offsets it is lowest."""
+  """Loss along m at every trained depth (`records.m_profiles`) and where it is lowest."""
   lines = []
   for name, results in all_results.items():
     for d in records.m_profiles(results):
@@ -166,8 +135,7 @@ def m_profile_table(all_results: dict[str, dict]) -> list[str]:
 
 
 def looped_summary(all_results: dict[str, dict]) -> list[str]:
-  """Looped against untied at equal depth and at equal parameter count: R_L (clean seeds'
-  mean) and the parameters of one model, per depth and grid."""
+  """Looped against untied: R_L and parameters per depth and grid."""
   grids = records.looped_grids(all_results)
   if not grids:
     return ["Not run."]
@@ -180,8 +148,8 @@ def looped_summary(all_results: dict[str, dict]) -> list[str]:
   return lines
 
 
-def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
-  """Learned m against depth (every seed, both tasks) and the S_1 heatmaps of seed 0."""
+def plot_context_updates(all_results: dict[str, dict]):
+  """Learned m against depth (every seed) and the S_1 heatmaps of seed 0; None without C.3."""
   panels = []
   for name, results in all_results.items():
     runs = [r for r in results["runs"]
@@ -189,32 +157,31 @@ def plot_context_updates(all_results: dict[str, dict], path: str) -> bool:
     if runs:
       panels.append((name, runs))
   if not panels:
-    return False
+    return None
   depths = sorted({r["depth"] for _, runs in panels for r in runs})
   fig, axes = plt.subplots(len(panels), len(depths) + 1,
                            figsize=(2.2 * (len(depths) + 1), 2.4 * len(panels)), squeeze=False)
-  for row, (name, runs) in zip(axes, panels):
+  for panel, (name, runs) in zip(axes, panels):
     for r in runs:
-      row[0].plot(r["depth"], r["m"], "o", color=f"C{r['seed']}", ms=4)
+      panel[0].plot(r["depth"], r["m"], "o", color=f"C{r['seed']}", ms=4)
       if "m_effective" in r:
-        row[0].plot(r["depth"], r["m_effective"], "x", color=f"C{r['seed']}", ms=5)
-    row[0].set(xscale="log", xlabel="depth L", ylabel="m (o), m g_2/g_1 (x)", title=name)
-    row[0].axhline(0.0, color="grey", lw=0.5)
-    for ax, depth in zip(row[1:], depths):
+        panel[0].plot(r["depth"], r["m_effective"], "x", color=f"C{r['seed']}", ms=5)
+    panel[0].set(xscale="log", xlabel="depth L", ylabel="m (o), m g_2/g_1 (x)", title=name)
+    panel[0].axhline(0.0, color="grey", lw=0.5)
+    for ax, depth in zip(panel[1:], depths):
       seed0 = [r for r in runs if r["depth"] == depth and r["seed"] == min(x["seed"] for x in runs)]
       ax.axis("off")
       if seed0:
         ax.imshow(np.array(seed0[0]["first_layer_attention"]), cmap="viridis")
         ax.set_title(f"S_1, L={depth}, rho={seed0[0]['first_layer_rho']:.2f}", fontsize=7)
-  run_report.save_figure(fig, path)
-  return True
+  return fig
 
 
-def plot_looped(all_results: dict[str, dict], path: str) -> bool:
-  """Loss against depth and against parameter count, looped beside untied."""
+def plot_looped(all_results: dict[str, dict]):
+  """Loss against depth and against parameters, looped beside untied; None without both."""
   grids = records.looped_grids(all_results)
   if not grids:
-    return False
+    return None
   fig, axes = plt.subplots(1, 2, figsize=(10, 4))
   for label, results, fit in grids:
     by_depth = records.loss_and_parameters(results, fit)
@@ -226,16 +193,14 @@ def plot_looped(all_results: dict[str, dict], path: str) -> bool:
   axes[1].set(xscale="log", xlabel="trained parameters", ylabel="R_L")
   for ax in axes:
     ax.legend(fontsize=7)
-  run_report.save_figure(fig, path)
-  return True
+  return fig
 
 
 def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
-  """Writes ROOT/report.md and ROOT/figures/*.png from the results alone of `runs` under ROOT
-  and, for the claims in both regimes, of claims.APPENDIX_C_RUNS under the repository root
-  `base`."""
+  """Writes ROOT/report.md and ROOT/figures/ from `runs` under ROOT and the appendix C runs
+  under the repository root `base`; returns the report's path."""
   names = [name for name, _, _ in runs]
-  all_results, metrics, figures = combined_report.load_root(root, names)
+  all_results, metrics = combined_report.load_root(root, names)
   regime = claims.REGIME_NAMES[claims.SGD_GENERALIZED if runs == SGD_RUNS
                                else claims.ANNEALED_GENERALIZED]
   lines = [f"# Generalised models and looped layers: {regime} runs", "",
@@ -256,10 +221,10 @@ def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
             f"fit resolves one with {checks.TREND_ALPHA_RANGE[0]:g} <= alpha <= "
             f"{checks.TREND_ALPHA_RANGE[1]:g} and R^2 >= {checks.TREND_MIN_R2:g}, a fall where no "
             "doubling rises and at most one fails to fall, and cannot say where the mean "
-            f"validation loss still fell by more than {100 * checks.UNDER_TRAINED_FALL:g}% over the "
-            "last evaluation interval or more than half the models are flagged. C.1 and C.3 "
-            "are cascaded: their layer predictors are f_l = z_0 + L (z_l - z_{l-1}), so "
-            "R = C + (A - C)/L holds exactly for them too.",
+            "validation loss still fell by more than "
+            f"{100 * checks.UNDER_TRAINED_FALL:g}% over the last evaluation interval or more "
+            "than half the models are flagged. C.1 and C.3 are cascaded: their layer predictors "
+            "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
             "", "## Learned context weight m (C.3)", "",
             "m alone is not identifiable: the output depends on m only through g_{j+1} m^j "
             "(g_j = W_o W_v^j W_y), so (W_v, W_o, m) -> (c W_v, W_o / c, m / c) leaves every "
@@ -273,24 +238,24 @@ def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
               "its lowest loss at offset +0:", ""] + profile
   lines += ["", "## Looped against untied", ""] + looped_summary(all_results)
   figure_lines = ["", "## Figures", ""]
-  if plot_context_updates(all_results, os.path.join(figures, "context_updates.png")):
+  context_updates, looped = plot_context_updates(all_results), plot_looped(all_results)
+  if context_updates is not None:
     figure_lines += ["Learned m (o) and its invariant m g_2/g_1 (x) against depth (a colour "
                      "per seed), and the first layer's context attention S_1 (one context, "
                      f"the first {evaluation.HEATMAP_TOKENS} tokens; rho from the fit "
                      "S_1 = rho I + (1 - rho) 11^T/P over the diagnosed contexts):", "",
-                     "![context updates](figures/context_updates.png)", ""]
-  if plot_looped(all_results, os.path.join(figures, "looped.png")):
-    figure_lines += ["![looped](figures/looped.png)", ""]
+                     image("context updates", context_updates, root, "context_updates"), ""]
+  if looped is not None:
+    figure_lines += [image("looped", looped, root, "looped"), ""]
   for name, results in all_results.items():
     lines += ["", f"## {name}", ""] + depth_table(results)
-    run_report.plot_depth_scaling(results, os.path.join(figures, f"{name}_depth.png"))
-    run_report.plot_decomposition(results, os.path.join(figures, f"{name}_decomposition.png"))
-    combined_report.plot_training_curves(name, metrics[name], results,
-                         os.path.join(figures, f"training_{name}.png"))
+    training = combined_report.plot_training_curves(name, metrics[name], results)
     figure_lines += [f"{name}: depth curves (dashed: best single cosine layer), C_L and "
-                     f"A_L - C_L, training curves:", "", f"![{name}](figures/{name}_depth.png)",
-                     "", f"![{name} decomposition](figures/{name}_decomposition.png)", "",
-                     f"![{name} training](figures/training_{name}.png)", ""]
+                     f"A_L - C_L, training curves:", "",
+                     image(name, run_report.plot_depth_scaling(results), root, f"{name}_depth"),
+                     "", image(f"{name} decomposition", run_report.plot_decomposition(results),
+                               root, f"{name}_decomposition"),
+                     "", image(f"{name} training", training, root, f"training_{name}"), ""]
   path = os.path.join(root, "report.md")
   write_text_atomic(path, "\n".join(lines + figure_lines) + "\n")
   return path

@@ -1,4 +1,4 @@
-"""Markdown cells and tables shared by the report modules."""
+"""Markdown cells, tables and sections shared by the report modules."""
 
 import numpy as np
 
@@ -13,6 +13,21 @@ def row(*cells) -> str:
   return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
+def section(title: str, columns: tuple, rows: list[str], intro: str = "") -> list[str]:
+  """A section: its title line ('## ...'), intro paragraph and table; none without rows."""
+  return ["", title, ""] + ([intro, ""] if intro else []) + table(*columns) + rows if rows else []
+
+
+def cell(value: float | None, spec: str = "g") -> str:
+  """`value` formatted by `spec`; '-' where it is missing or not finite."""
+  return "-" if value is None or not np.isfinite(value) else f"{value:{spec}}"
+
+
+def series(depths, values, spec: str) -> str:
+  """'L: value, ...' of a curve over depths."""
+  return ", ".join(f"{L:g}: {value:{spec}}" for L, value in zip(depths, values))
+
+
 def pm(record: dict, name: str, spec: str = ".4g", se_spec: str = ".2g") -> str:
   """'value +- se' of record[name] and its standard error record[name + '_se']."""
   return f"{record[name]:{spec}} +- {record[name + '_se']:{se_spec}}"
@@ -25,11 +40,6 @@ def fit_cells(fit: dict, c_spec: str | None = ".4g", alpha_spec=(".3f", ".3f")) 
     return f"{fit['verdict']} | - | -" + (" | -" if c_spec else "")
   c_cell = f"{pm(fit, 'c', c_spec)} | " if c_spec else ""
   return f"{pm(fit, 'L0')} | {c_cell}{pm(fit, 'alpha', *alpha_spec)} | {fit['r2']:.4f}"
-
-
-def value_or_dash(value: float | None) -> str:
-  """A cell for a value that may be missing (e.g. no paper value for this setting)."""
-  return "-" if value is None else f"{value:g}"
 
 
 def percent(ours: float, theirs: float | None) -> str:

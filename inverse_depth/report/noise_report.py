@@ -1,6 +1,5 @@
-"""Reports of the SGD law's noise prediction: sgd_noise.md per run (the prediction of
-inverse_depth.sgd_noise beside the fit) and the sweep table and figure over several runs.
-"""
+"""The SGD law against optimiser noise: sgd_noise.md per run (the prediction of
+inverse_depth.sgd_noise beside the fit) and the sweep table and figure over several runs."""
 
 import json
 import os
@@ -9,8 +8,9 @@ import numpy as np
 
 from inverse_depth import sgd_noise
 from inverse_depth.files import write_text_atomic
-from inverse_depth.report import run_report
-from inverse_depth.report.markdown import fit_cells, row, table
+from inverse_depth.report import plt
+from inverse_depth.report.markdown import cell, fit_cells, row, table
+from inverse_depth.report.run_report import image
 
 
 def noise_markdown(found: dict) -> str:
@@ -56,10 +56,9 @@ def write_report(workdir: str, num_contexts: int = 4096, results_dir: str | None
 
 
 def write_markdown(workdir: str, found: dict | None = None) -> str:
-  """workdir/sgd_noise.md from `found` (default: the workdir's sgd_noise.json); returns its
-  path."""
+  """workdir/sgd_noise.md from `found` (default: its sgd_noise.json); returns its path."""
   if found is None:
-    with open(os.path.join(workdir, "sgd_noise.json")) as f:
+    with open(os.path.join(workdir, sgd_noise.NOISE_FILE)) as f:
       found = json.load(f)
   path = os.path.join(workdir, "sgd_noise.md")
   write_text_atomic(path, "# SGD noise: predicted against fitted coefficients\n\n"
@@ -68,15 +67,15 @@ def write_markdown(workdir: str, found: dict | None = None) -> str:
 
 
 def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
-  """out_dir/sweep.md (the table) and out_dir/figures/sweep.png (R_L - L0 against L, log-log,
-  one curve per setting) from the runs' results.json and sgd_noise.json; returns the path."""
+  """OUT_DIR/sweep.md and figures/sweep.png (R_L - L0 against L, a curve per setting) from the
+  runs' results.json and sgd_noise.json; returns the markdown's path."""
   lines = ["# The SGD law against optimiser noise", "",
            "Per setting: the fit R_L = L0 + c L^-alpha over the clean models, A_L - C_L at the "
            "deepest depth whose models all passed the stationarity test, and c predicted from "
            "the one-layer models' gradient noise (`sgd_noise.json`; - where not computed).", ""]
   lines += table("run", "batch", "rate", "eta_eff / B", "L0", "c", "alpha", "R^2",
                  "A_L - C_L (at L)", "predicted c", "fitted / predicted c")
-  fig, ax = run_report.plt.subplots(figsize=(6, 4.5))
+  fig, ax = plt.subplots(figsize=(6, 4.5))
   for i, setting in enumerate(sgd_noise.sweep_rows(workdirs)):
     fit = setting["fit"]
     lines.append(row(f"`{setting['workdir']}`", setting["batch_size"],
@@ -85,7 +84,7 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
                      f"{setting['disagreement']:.3g} (L = {setting['deepest_stationary']})",
                      _value(setting, "predicted_c", ".3g")
                      if np.isfinite(setting["predicted_c"]) else "-",
-                     f"{setting['c_ratio']:.2f}" if np.isfinite(setting["c_ratio"]) else "-"))
+                     cell(setting["c_ratio"], ".2f")))
     if fit["resolved"]:
       depths, losses = np.asarray(fit["depths"]), np.asarray(fit["losses"])
       excess = losses - fit["L0"]
@@ -97,7 +96,7 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L - L0")
   if ax.get_legend_handles_labels()[0]:  # no resolved fit: nothing to label
     ax.legend(fontsize=7)
-  lines += ["", f"![R_L - L0]({run_report.save_report_figure(fig, out_dir, 'sweep')})", ""]
+  lines += ["", image("R_L - L0", fig, out_dir, "sweep"), ""]
   path = os.path.join(out_dir, "sweep.md")
   write_text_atomic(path, "\n".join(lines))
   return path

@@ -1,17 +1,13 @@
-"""Several training regimes of one problem side by side, from their results.json alone: the
-depth curve, the shared error C_L, the disagreement A_L - C_L and how the layers score
-(diagnostics.scoring_geometry), so that a reader sees where the law appears, where it does
-not, and whether the layers stay on one cosine scorer.
-
-    python -m experiments.compare_regimes --out=DIR --runs=NAME=WORKDIR,NAME=WORKDIR,...
-"""
+"""Several training regimes of one problem side by side (experiments.compare_regimes), from
+their results.json alone: R_L, C_L, A_L - C_L and how the layers score by depth."""
 
 import os
 
 from inverse_depth import config as config_lib, records
-from inverse_depth.report import plt, run_report
-from inverse_depth.report.markdown import fit_cells, row, table
 from inverse_depth.files import write_text_atomic
+from inverse_depth.report import plt
+from inverse_depth.report.markdown import fit_cells, row, table
+from inverse_depth.report.run_report import depth_ticks, image
 from inverse_depth.workdir import read_results
 
 # (field of records.regime_rows, panel title)
@@ -23,6 +19,7 @@ PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
 
 
 def _regime_text(config: dict) -> str:
+  """How a run trains, in words."""
   config = config_lib.flat(config)
   rate = config["learning_rate"]
   window = config.get("stationary_evals", 1)
@@ -32,8 +29,8 @@ def _regime_text(config: dict) -> str:
 
 
 def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
-  """figures/regimes.png and regimes.md in `out_dir` from {regime name: workdir}; returns
-  the markdown's path. Each workdir's first fit is its grid (one problem per run)."""
+  """OUT_DIR/regimes.md and figures/regimes.png from {regime name: workdir} (each run's first
+  fit is its grid); returns the markdown's path."""
   results = {name: read_results(workdir) for name, workdir in workdirs.items()}
   rows = {name: records.regime_rows(r) for name, r in results.items()}
   depths = sorted({L for by_field in rows.values() for L in by_field["eval_loss"]})
@@ -42,13 +39,11 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
     for i, name in enumerate(rows):
       by_depth = rows[name][field]
       ax.plot(list(by_depth), list(by_depth.values()), "o-", color=f"C{i}", label=name)
-    ax.set(xscale="log", xlabel="depth L", title=label)
-    ax.set_xticks(depths, [str(L) for L in depths], minor=False)
-    ax.set_xticks([], minor=True)
+    ax.set(xlabel="depth L", title=label)
+    depth_ticks(ax, depths)
     ax.title.set_fontsize(9)
   axes[0, 0].set_yscale("log")
   axes[0, 0].legend(fontsize=7)
-  figure = run_report.save_report_figure(fig, out_dir, "regimes")
   lines = ["# Training regimes side by side", "",
            "Seed means over each run's clean models (flagged and diverged ones left out).", ""]
   lines += table("regime", "run", "how it trains", "fit L0", "alpha", "R^2")
@@ -58,7 +53,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
     lines += ["", f"**{label}**", ""] + table("regime", *(f"L={L}" for L in depths))
     lines += [row(name, *(f"{rows[name][field][L]:.4g}" if L in rows[name][field] else "-"
                           for L in depths)) for name in rows]
-  lines += ["", f"![regimes]({figure})", ""]
+  lines += ["", image("regimes", fig, out_dir, "regimes"), ""]
   path = os.path.join(out_dir, "regimes.md")
   write_text_atomic(path, "\n".join(lines))
   return path

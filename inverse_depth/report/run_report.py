@@ -1,8 +1,5 @@
-"""Figures and report.md regenerated from results.json alone.
-
-The pass/miss lines come from `checks.run_checks` (inverse_depth/checks.py decides every
-pass or miss, with named tolerances); each line states its tolerance.
-"""
+"""One workdir's report.md and figures, from its results.json alone (its pass/miss lines from
+`checks.run_checks`); and the figure helpers every report uses."""
 
 import os
 
@@ -13,7 +10,38 @@ from inverse_depth import checks as checks_lib
 from inverse_depth.files import atomic_path, write_text_atomic
 from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import fit_cells, percent, pm, row, table, value_or_dash
+from inverse_depth.report.markdown import cell, fit_cells, percent, pm, row, section, table
+
+WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
+
+# The lines a grid's theory bound draws across a depth plot, by its kind: (field, style, label).
+BOUND_LINES = {"softmax_bound": (("single", "--", "best single cosine layer"),
+                                 ("mixture", ":", "best mixture of cosine layers")),
+               "linear_floor": (("floor", "--", "linear floor theory"),
+                                ("context_floor", ":", "floor at this P (S^r q)"))}
+
+
+def save_report_figure(fig, directory: str, name: str) -> str:
+  """Saves `fig` as directory/figures/NAME.png and closes it; returns the markdown's link."""
+  relative = os.path.join("figures", f"{name}.png")
+  os.makedirs(os.path.join(directory, "figures"), exist_ok=True)
+  fig.tight_layout()
+  with atomic_path(os.path.join(directory, relative)) as tmp:
+    fig.savefig(tmp, dpi=120, format="png")
+  plt.close(fig)
+  return relative
+
+
+def image(alt: str, fig, directory: str, name: str) -> str:
+  """The markdown line '![alt](figures/NAME.png)' of `fig`, saved by save_report_figure."""
+  return f"![{alt}]({save_report_figure(fig, directory, name)})"
+
+
+def depth_ticks(ax, depths) -> None:
+  """A log depth axis labelled at the grid's depths."""
+  ax.set_xscale("log")
+  ax.set_xticks(depths, [f"{L:g}" for L in depths], minor=False)
+  ax.set_xticks([], minor=True)
 
 
 def fit_curve(fit: dict, depths: np.ndarray) -> np.ndarray:
@@ -21,8 +49,8 @@ def fit_curve(fit: dict, depths: np.ndarray) -> np.ndarray:
   return fit["L0"] + fit["c"] * depths ** (-fit["alpha"])
 
 
-def plot_depth_scaling(results: dict, path: str) -> None:
-  """Log-log R_L against depth, every grid, with its fitted L0 + c L^-alpha."""
+def plot_depth_scaling(results: dict):
+  """Log-log R_L against depth, every grid, with its fitted L0 + c L^-alpha and bounds."""
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for i, fit in enumerate(results["fits"]):
     color = f"C{i}"
@@ -38,43 +66,21 @@ def plot_depth_scaling(results: dict, path: str) -> None:
       ax.plot(dense, fit_curve(fit, dense), "-", color=color, alpha=0.8,
               label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
     bound = fit.get("bound")
-    if bound and bound["kind"] == "softmax_bound" and not analysis.is_ensemble(fit["model"]):
-      ax.axhline(bound["single"], color=color, ls="--", lw=1,
-                 label=f"best single cosine layer {bound['single']:.4g}")
-      ax.axhline(bound["mixture"], color=color, ls=":", lw=1,
-                 label=f"best mixture of cosine layers {bound['mixture']:.4g}")
+    if not bound or analysis.is_ensemble(fit["model"]):
+      continue
+    for key, style, label in BOUND_LINES[bound["kind"]]:
+      ax.axhline(bound[key], color=color, ls=style, lw=1, label=f"{label} {bound[key]:.4g}")
+    if bound["kind"] == "softmax_bound":
       optima = [entry["loss"] for entry in bound["average_by_layers"]]
       ax.plot(range(1, len(optima) + 1), optima, "s--", ms=3, lw=0.8, color=color,
               label="best L cosine layers (theory)")
-    elif bound and bound["kind"] == "linear_floor":
-      ax.axhline(bound["floor"], color=color, ls="--", lw=1,
-                 label=f"linear floor theory {bound['floor']:.4g}")
-      ax.axhline(bound["context_floor"], color=color, ls=":", lw=1,
-                 label=f"floor at this P (S^r q) {bound['context_floor']:.4g}")
   ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="held-out loss R_L (clean models)")
   ax.legend(fontsize=7)
-  save_figure(fig, path)
+  return fig
 
 
-def save_figure(fig, path: str) -> None:
-  """Saves a PNG to a temporary file, then renames it over `path`."""
-  fig.tight_layout()
-  with atomic_path(path) as tmp:
-    fig.savefig(tmp, dpi=120, format="png")
-  plt.close(fig)
-
-
-def save_report_figure(fig, directory: str, name: str) -> str:
-  """Saves `fig` as directory/figures/NAME.png (`save_figure`), making the folder; returns
-  its path relative to `directory`, as a report's markdown links it."""
-  relative = os.path.join("figures", f"{name}.png")
-  os.makedirs(os.path.join(directory, "figures"), exist_ok=True)
-  save_figure(fig, os.path.join(directory, relative))
-  return relative
-
-
-def plot_decomposition(results: dict, path: str) -> None:
-  """R_L, the shared error C_L and the disagreement A_L - C_L against depth."""
+def plot_decomposition(results: dict):
+  """R_L, the shared error C_L and the disagreement A_L - C_L against depth, a panel a grid."""
   fits = results["fits"]
   fig, axes = plt.subplots(1, len(fits), figsize=(4.5 * len(fits), 3.8), squeeze=False)
   for ax, fit in zip(axes[0], fits):
@@ -91,95 +97,22 @@ def plot_decomposition(results: dict, path: str) -> None:
            xlabel="depth L", title=records.grid_label(fit))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
-  save_figure(fig, path)
+  return fig
 
 
-def _table(results: dict, fit: dict) -> list[str]:
-  """Per depth (`records.depth_rows`): R with its seed spread and change from the previous
-  depth, A, C, A - C and (A - C) / L, the two terms of R = C + (A - C) / L; and, where the
-  records have it, R averaged exactly over beta."""
-  runs = records.runs_of(results, fit)
-  averaged = any("beta_averaged_loss" in r for r in runs)
-  lines = table("depth", "R_L (mean +- seed se)", "change from the previous depth",
-                *(["R_L averaged over beta (+- se)"] if averaged else []), "A_L", "C_L",
-                "A_L - C_L", "(A_L - C_L) / L", "max abs identity residual", "steps",
-                "converged", "flagged", "diverged")
-  for d in records.depth_rows(runs):
-    cells = [d["depth"], f"{d['eval_loss']:.4g} +- {d['eval_loss_se']:.2g}",
-             f"{100 * d['change']:+.2f}%" if np.isfinite(d["change"]) else "-"]
-    if averaged:
-      cells.append(f"{d['beta_averaged']:.4g} +- {d['beta_averaged_se']:.2g}"
-                   if np.isfinite(d["beta_averaged"]) else "-")
-    lines.append(row(*cells, *(f"{d[field]:.4g}" for field in ("A", "C", "disagreement")),
-                     f"{d['disagreement'] / d['depth']:.4g}", f"{d['residual']:.1e}", d["steps"],
-                     *(f"{d[count]}/{d['models']}" for count in ("converged", "flagged",
-                                                                 "diverged"))))
-  return lines
-
-
-def _geometry_table(results: dict, fit: dict) -> list[str]:
-  """Per depth, each layer's scoring geometry (`records.geometry_rows`), where recorded."""
-  rows = records.geometry_rows(records.runs_of(results, fit))
-  if not rows:
-    return []
-  lines = ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
-           "anisotropy 0 and scores with its temperature tau; alignment is the mean cosine "
-           "between two layers' departures from cosine scoring (1: alike, 0: unrelated).", ""]
-  lines += table("depth", "temperature tau: mean over layers (min..max)", "anisotropy",
-                 "alignment")
-  for d in rows:
-    taus = d["taus"]
-    lines.append(row(d["depth"], f"{taus.mean():.3g} ({taus.min():.3g}..{taus.max():.3g})",
-                     f"{d['anisotropy']:.3f}",
-                     f"{d['alignment']:+.3f}" if np.isfinite(d["alignment"]) else "-"))
-  return lines
-
-
-def _cosine_layers_section(results: dict) -> list[str]:
-  """Trained R_L beside the best controlled model of L cosine-scoring layers
-  (bound["average_by_layers"]: `theory.equal_weight_averages`), for the softmax grids whose
-  bound has one."""
-  rows = []
-  for fit in results["fits"]:
-    optima = (fit.get("bound") or {}).get("average_by_layers")
-    if not optima or analysis.is_ensemble(fit["model"]):
-      continue
-    trained = dict(zip(fit["depths"], fit["losses"]))
-    rows += [row(records.grid_label(fit), L, f"{entry['loss']:.4g}",
-                 f"{trained[L]:.4g}" if L in trained else "-")
-             for L, entry in enumerate(optima, start=1)]
-  if not rows:
-    return []
-  return ["", "## Against the best L cosine-scoring layers (theory)", "",
-          "The controlled model with every layer scoring by softmax(temperature x cosine) at a "
-          "grid temperature, equal weights 1/L and one gain, optimised exhaustively on the "
-          "bound's contexts (other contexts than the trained models' evaluation set).", ""
-          ] + table("grid", "L", "best L cosine layers", "trained R_L") + rows
-
-
-def _ensemble_comparison(results: dict) -> list[str]:
-  """Jointly trained depth-L model beside the average of L one-layer models trained alone."""
-  lines = []
-  for joint, ensemble in records.ensemble_pairs(results):
-    lines += ["", f"## Depth or ensemble? {records.grid_label(joint)}", "",
-              "Jointly trained depth-L model against the average of L one-layer models trained "
-              "alone on the same stream (means over clean seeds). Where the two agree, depth acts "
-              "as an ensemble; where they differ, joint training does something an ensemble "
-              "cannot.", ""]
-    lines += table("depth", "joint R_L", "ensemble R_L", "joint - ensemble", "joint A_L - C_L",
-                   "ensemble A_L - C_L")
-    columns = [dict(zip(*records.clean_means(records.runs_of(results, fit), field)))
-               for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
-    for depth in sorted(set(columns[0]) | set(columns[2])):
-      joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
-      lines.append(row(depth, f"{joint_R:.4f}", f"{ensemble_R:.4f}",
-                       f"{joint_R - ensemble_R:+.4f}", f"{joint_gap:.3g}", f"{ensemble_gap:.3g}"))
-  return lines
+def plot_selection(results: dict):
+  """Selection-error percentiles per depth (softmax (0, 0)), means over seeds."""
+  found = records.selection_percentiles(results)
+  fig, ax = plt.subplots(figsize=(5.5, 4))
+  for L, values in found["by_depth"].items():
+    ax.plot([float(q) for q in found["keys"]], values, "o-", ms=3, label=f"L={L}")
+  ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
+  ax.legend(fontsize=7)
+  return fig
 
 
 def selection_section(results: dict | None) -> list[str]:
-  """Percentiles over contexts of the selection error E_L = |pbar_L - p*|^2 (paper appendix
-  D.2), the shallowest against the deepest model, and their difference per percentile."""
+  """Percentiles of the selection error E_L (appendix D.2), shallowest against deepest model."""
   lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
   found = records.selection_percentiles(results)
   if not found:
@@ -191,99 +124,6 @@ def selection_section(results: dict | None) -> list[str]:
   lines += [row(q, f"{per[shallow][i]:.4f}", f"{per[deep][i]:.4f}",
                 f"{per[deep][i] - per[shallow][i]:+.4f}") for i, q in enumerate(found["keys"])]
   return lines + ["", "![selection error](figures/selection_error.png)"]
-
-
-def plot_selection(results: dict, path: str) -> None:
-  """Selection-error percentiles per depth (softmax (0, 0)), means over seeds."""
-  found = records.selection_percentiles(results)
-  fig, ax = plt.subplots(figsize=(5.5, 4))
-  for L, values in found["by_depth"].items():
-    ax.plot([float(q) for q in found["keys"]], values, "o-", ms=3, label=f"L={L}")
-  ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
-  ax.legend(fontsize=7)
-  save_figure(fig, path)
-
-
-def _weighted_fits(results: dict) -> list[str]:
-  """The law check's fits (checks.law_fits): weighted by each depth's standard error, over
-  L >= 1 (with L = 1 from its flagged models where none is clean) and over L >= 2."""
-  rows = []
-  for fit in results["fits"]:
-    fits = checks_lib.law_fits(fit, records.runs_of(results, fit))
-    label = records.grid_label(fit)
-    if fits["from_1"] is not None:
-      note = " (L = 1 from flagged models)" if fits["flagged_depth_1"] else ""
-      rows.append(row(label, "L >= 1" + note, fit_cells(fits["from_1"])))
-    if fits["from_2"] is not None:
-      rows.append(row(label, "L >= 2", fit_cells(fits["from_2"])))
-    errors = ", ".join(f"{L:g}: {e:.2g}" for L, e in zip(fits["depths"], fits["errors"]))
-    rows.append(row(label, "per-depth se used as weights", errors, "-", "-", "-"))
-  if not rows:
-    return []
-  return ["", "## The law check's fits, weighted by each depth's standard error", "",
-          "Each depth's error is the larger of the spread over seeds and the models' own error "
-          "(over time for a window average, else over evaluation contexts) over sqrt(seeds). "
-          "The law check needs both depth sets in range (checks.depth_law).", ""
-          ] + table("grid", "depths", "L0", "c", "alpha", "R^2") + rows
-
-
-WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
-
-
-def _window_fits(results: dict) -> list[str]:
-  """The depth fit again over L >= L_min, for grids with more than WINDOW_MIN_DEPTHS depths,
-  with alpha free and with alpha held at the paper's 1."""
-  rows = []
-  for fit in results["fits"]:
-    if len(fit["depths"]) <= WINDOW_MIN_DEPTHS:
-      continue
-    target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-    for alpha in (None, 1.0):
-      for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], WINDOW_MIN_DEPTHS,
-                                               alpha=alpha):
-        depths = f"{window['smallest_depth']:g}..{max(fit['depths']):g}"
-        exponent = f"{alpha:g} (held)" if alpha else pm(window, "alpha", ".3f", ".3f")
-        if not window["resolved"]:
-          rows.append(row(records.grid_label(fit), depths, window["verdict"],
-                          exponent if alpha else "-", "-", "-"))
-        else:
-          rows.append(row(records.grid_label(fit), depths, pm(window, "L0"), exponent,
-                          f"{window['r2']:.4f}", percent(window["L0"], target)))
-  if not rows:
-    return []
-  return ["", "## Depth fits by window: the same fit over L >= L_min", "",
-          "A law that holds at every depth gives the same L0 and alpha on every window. The "
-          "rows with alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 "
-          "says how well that law describes the curve.", ""
-          ] + table("grid", "depths", "L0", "alpha", "R^2",
-                    "L0 against the paper's Table 1 floor") + rows
-
-
-def _stationarity_section(results: dict) -> list[str]:
-  """Per model with an averaging window: the time-averaged loss and its error over time, the
-  final iterate's, and the stationarity test (analysis.stationarity)."""
-  windowed = [r for r in results["runs"] if "stationarity" in r]
-  if not windowed:
-    return []
-  config = config_lib.flat(results["config"])
-  first_step = config["max_steps"] - (config["stationary_evals"] - 1) * config["eval_every"]
-  lines = ["", "## Stationary evaluation", "",
-           f"R, A and C are averages over {config['stationary_evals']} evaluations, steps "
-           f"{first_step}..{config['max_steps']} every {config['eval_every']}; the error over "
-           "time allows for the correlation of consecutive evaluations. A model is stationary "
-           f"when its two half-window means and its slope are within "
-           f"{config['stationarity_z']:g} standard errors of no change.", ""]
-  lines += table("model", "L", "seed", "R (time average)", "se over time", "final iterate",
-                 "first half -> second half", "halves (se)", "slope (se)", "stationary")
-  for r in sorted(windowed, key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
-    window = r["stationarity"]
-    lines.append(row(f"{r['model']} {r['a']:g},{r['b']:g}", r["depth"], r["seed"],
-                     f"{r['eval_loss']:.4f}", f"{window['se']:.4f}",
-                     f"{r['final_eval_loss']:.4f}",
-                     f"{window['first_half']:.4f} -> {window['second_half']:.4f}",
-                     f"{window['half_z']:.1f}", f"{window['slope_z']:.1f}",
-                     "yes" if window["stationary"] else "**no**"))
-  return lines
 
 
 def check_lines(found: list[checks_lib.Check]) -> list[str]:
@@ -304,12 +144,8 @@ def _training_header(config: dict, kind: str) -> str:
           f"{own['eval_size']} contexts")
 
 
-def write_report(workdir: str) -> str:
-  """Writes figures/*.png and report.md from workdir/results.json alone; returns its path."""
-  results = read_results(workdir)
-  os.makedirs(os.path.join(workdir, "figures"), exist_ok=True)
-  plot_depth_scaling(results, os.path.join(workdir, "figures", "depth_scaling.png"))
-  plot_decomposition(results, os.path.join(workdir, "figures", "decomposition.png"))
+def _header(results: dict) -> list[str]:
+  """The report's title, training, provenance and, for a join, its sources."""
   kinds = sorted({analysis.model_kind(f["model"]) for f in results["fits"]})
   lines = ["# inverse-depth report", "",
            "; ".join(_training_header(results["config"], kind) for kind in kinds)
@@ -328,52 +164,208 @@ def write_report(workdir: str) -> str:
                           f"{s['wall_time_s'] / 60:.0f} min)" for s in results["joined_from"])
               + ". Steps between depths from different runs have no paired standard error.",
               ""]
-  lines += ["## Checks against the paper", ""] + check_lines(checks_lib.run_checks(results))
-  lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
-            "what was tried to find the regime where it does."]
-  lines += ["", "## Depth fits  R_L = L0 + c L^-alpha", ""]
-  lines += table("grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 "
-                 "held at the weighted fit's; se of the slope; local slopes)")
+  return lines
+
+
+def _depth_fits(results: dict) -> list[str]:
+  """Each grid's depth fit and its gap fit (`checks.gap_fit`, n/a without a floor)."""
+  rows = []
   for fit in results["fits"]:
-    gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))  # None without a floor
+    gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))
     gap_text = (f"{pm(gap, 'alpha', '.3f', '.3f')} on depths {gap['depths']}; local slopes "
                 + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
                 if gap and np.isfinite(gap["alpha"]) else "n/a")
-    lines.append(row(records.grid_label(fit), fit_cells(fit), gap_text))
-  lines += _weighted_fits(results)
-  lines += _window_fits(results)
-  lines += ["", "## Against theory and the paper", ""]
-  lines += table("grid", "fitted L0", "R at the deepest depth", "theory bound",
-                 "best mixture of cosine layers", "paper Table 1 L0")
+    rows.append(row(records.grid_label(fit), fit_cells(fit), gap_text))
+  return section("## Depth fits  R_L = L0 + c L^-alpha", (
+      "grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 held at the "
+      "weighted fit's; se of the slope; local slopes)"), rows)
+
+
+def _weighted_fits(results: dict) -> list[str]:
+  """The law check's weighted fits over L >= 1 and L >= 2 (checks.law_fits)."""
+  rows = []
+  for fit in results["fits"]:
+    fits = checks_lib.law_fits(fit, records.runs_of(results, fit))
+    label = records.grid_label(fit)
+    if fits["from_1"] is not None:
+      note = " (L = 1 from flagged models)" if fits["flagged_depth_1"] else ""
+      rows.append(row(label, "L >= 1" + note, fit_cells(fits["from_1"])))
+    if fits["from_2"] is not None:
+      rows.append(row(label, "L >= 2", fit_cells(fits["from_2"])))
+    errors = ", ".join(f"{L:g}: {e:.2g}" for L, e in zip(fits["depths"], fits["errors"]))
+    rows.append(row(label, "per-depth se used as weights", errors, "-", "-", "-"))
+  return section(
+      "## The law check's fits, weighted by each depth's standard error",
+      ("grid", "depths", "L0", "c", "alpha", "R^2"), rows,
+      "Each depth's error is the larger of the spread over seeds and the models' own error (over "
+      "time for a window average, else over evaluation contexts) over sqrt(seeds). The law "
+      "check needs both depth sets in range (checks.depth_law).")
+
+
+def _window_fits(results: dict) -> list[str]:
+  """The depth fit over L >= L_min, with alpha free and held at the paper's 1."""
+  rows = []
+  for fit in results["fits"]:
+    if len(fit["depths"]) <= WINDOW_MIN_DEPTHS:
+      continue
+    target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
+    for alpha in (None, 1.0):
+      for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], WINDOW_MIN_DEPTHS,
+                                               alpha=alpha):
+        exponent = f"{alpha:g} (held)" if alpha else pm(window, "alpha", ".3f", ".3f")
+        cells = ((pm(window, "L0"), exponent, f"{window['r2']:.4f}",
+                  percent(window["L0"], target)) if window["resolved"]
+                 else (window["verdict"], exponent if alpha else "-", "-", "-"))
+        rows.append(row(records.grid_label(fit),
+                        f"{window['smallest_depth']:g}..{max(fit['depths']):g}", *cells))
+  return section(
+      "## Depth fits by window: the same fit over L >= L_min",
+      ("grid", "depths", "L0", "alpha", "R^2", "L0 against the paper's Table 1 floor"), rows,
+      "A law that holds at every depth gives the same L0 and alpha on every window. The rows "
+      "with alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 says how well "
+      "that law describes the curve.")
+
+
+def _against_theory(results: dict) -> list[str]:
+  """Each grid's fitted floor and deepest loss beside its theory bound and the paper's L0."""
+  rows = []
   for fit in results["fits"]:
     bound = fit.get("bound") or {}
     target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-    lines.append(row(records.grid_label(fit),
-                     f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved",
-                     f"{fit['losses'][-1] if fit['losses'] else float('nan'):.4g}",
-                     f"{pm(bound, 'reference')} ({bound['kind']})" if bound else "not computed",
-                     pm(bound, "mixture") if bound.get("kind") == "softmax_bound" else "-",
-                     value_or_dash(target)))
-  lines += _cosine_layers_section(results)
-  lines += _ensemble_comparison(results)
+    rows.append(row(records.grid_label(fit),
+                    f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved",
+                    f"{fit['losses'][-1] if fit['losses'] else float('nan'):.4g}",
+                    f"{pm(bound, 'reference')} ({bound['kind']})" if bound else "not computed",
+                    pm(bound, "mixture") if bound.get("kind") == "softmax_bound" else "-",
+                    cell(target)))
+  return section("## Against theory and the paper", (
+      "grid", "fitted L0", "R at the deepest depth", "theory bound",
+      "best mixture of cosine layers", "paper Table 1 L0"), rows)
+
+
+def _cosine_layers(results: dict) -> list[str]:
+  """Trained R_L beside the best L cosine-scoring layers (`theory.equal_weight_averages`)."""
+  rows = []
   for fit in results["fits"]:
-    lines += ["", f"## {records.grid_label(fit)}", ""]
-    lines += _table(results, fit) + _geometry_table(results, fit)
-    if fit.get("flagged"):
-      lines += ["", "**Flagged and excluded from the means and the fit:** "
-                + "; ".join(f"depth {e['depth']} seed {e['seed']} ({e['reason']})"
-                            for e in fit["flagged"]) + "."]
-    if fit["excluded_diverged"]:
-      lines += ["", "**Excluded from the fit and the means (diverged: loss non-finite or above "
-                "divergence_loss; frozen at the last finite state):** "
-                + ", ".join(f"depth {e['depth']} seed {e['seed']} at step {e['step']}"
-                            for e in fit["excluded_diverged"]) + "."]
-  lines += _stationarity_section(results)
+    optima = (fit.get("bound") or {}).get("average_by_layers")
+    if optima and not analysis.is_ensemble(fit["model"]):
+      trained = dict(zip(fit["depths"], fit["losses"]))
+      rows += [row(records.grid_label(fit), L, f"{entry['loss']:.4g}",
+                   f"{trained[L]:.4g}" if L in trained else "-")
+               for L, entry in enumerate(optima, start=1)]
+  return section(
+      "## Against the best L cosine-scoring layers (theory)",
+      ("grid", "L", "best L cosine layers", "trained R_L"), rows,
+      "The controlled model with every layer scoring by softmax(temperature x cosine) at a grid "
+      "temperature, equal weights 1/L and one gain, optimised exhaustively on the bound's "
+      "contexts (other contexts than the trained models' evaluation set).")
+
+
+def _ensemble_comparison(results: dict) -> list[str]:
+  """Jointly trained depth-L model beside the average of L one-layer models trained alone."""
+  lines = []
+  for joint, ensemble in records.ensemble_pairs(results):
+    columns = [dict(zip(*records.clean_means(records.runs_of(results, fit), field)))
+               for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
+    rows = []
+    for depth in sorted(set(columns[0]) | set(columns[2])):
+      joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
+      rows.append(row(depth, f"{joint_R:.4f}", f"{ensemble_R:.4f}",
+                      f"{joint_R - ensemble_R:+.4f}", f"{joint_gap:.3g}", f"{ensemble_gap:.3g}"))
+    lines += section(
+        f"## Depth or ensemble? {records.grid_label(joint)}",
+        ("depth", "joint R_L", "ensemble R_L", "joint - ensemble", "joint A_L - C_L",
+         "ensemble A_L - C_L"), rows,
+        "Jointly trained depth-L model against the average of L one-layer models trained alone "
+        "on the same stream (means over clean seeds). Where the two agree, depth acts as an "
+        "ensemble; where they differ, joint training does something an ensemble cannot.")
+  return lines
+
+
+def _grid_section(results: dict, fit: dict) -> list[str]:
+  """One grid: its depth table, its layers' scoring geometry and the models left out."""
+  runs = records.runs_of(results, fit)
+  averaged = any("beta_averaged_loss" in r for r in runs)
+  lines = ["", f"## {records.grid_label(fit)}", ""]
+  lines += table("depth", "R_L (mean +- seed se)", "change from the previous depth",
+                 *(["R_L averaged over beta (+- se)"] if averaged else []), "A_L", "C_L",
+                 "A_L - C_L", "(A_L - C_L) / L", "max abs identity residual", "steps",
+                 "converged", "flagged", "diverged")
+  for d in records.depth_rows(runs):
+    cells = [d["depth"], pm(d, "eval_loss"),
+             f"{100 * d['change']:+.2f}%" if np.isfinite(d["change"]) else "-"]
+    if averaged:
+      cells.append(pm(d, "beta_averaged") if np.isfinite(d["beta_averaged"]) else "-")
+    lines.append(row(*cells, *(f"{d[field]:.4g}" for field in ("A", "C", "disagreement")),
+                     f"{d['disagreement'] / d['depth']:.4g}", f"{d['residual']:.1e}", d["steps"],
+                     *(f"{d[count]}/{d['models']}" for count in ("converged", "flagged",
+                                                                 "diverged"))))
+  geometry = records.geometry_rows(runs)
+  if geometry:
+    lines += ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
+              "anisotropy 0 and scores with its temperature tau; alignment is the mean cosine "
+              "between two layers' departures from cosine scoring (1: alike, 0: unrelated).", ""]
+    lines += table("depth", "temperature tau: mean over layers (min..max)", "anisotropy",
+                   "alignment")
+    lines += [row(d["depth"], f"{d['taus'].mean():.3g} ({d['taus'].min():.3g}.."
+                  f"{d['taus'].max():.3g})", f"{d['anisotropy']:.3f}",
+                  cell(d["alignment"], "+.3f")) for d in geometry]
+  if fit.get("flagged"):
+    lines += ["", "**Flagged and excluded from the means and the fit:** "
+              + "; ".join(f"depth {e['depth']} seed {e['seed']} ({e['reason']})"
+                          for e in fit["flagged"]) + "."]
+  if fit["excluded_diverged"]:
+    lines += ["", "**Excluded from the fit and the means (diverged: loss non-finite or above "
+              "divergence_loss; frozen at the last finite state):** "
+              + ", ".join(f"depth {e['depth']} seed {e['seed']} at step {e['step']}"
+                          for e in fit["excluded_diverged"]) + "."]
+  return lines
+
+
+def _stationarity(results: dict) -> list[str]:
+  """Per model with an averaging window: its time average and stationarity test."""
+  windowed = [r for r in results["runs"] if "stationarity" in r]
+  config = config_lib.flat(results["config"])
+  rows = []
+  for r in sorted(windowed, key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
+    window = r["stationarity"]
+    rows.append(row(f"{r['model']} {r['a']:g},{r['b']:g}", r["depth"], r["seed"],
+                    f"{r['eval_loss']:.4f}", f"{window['se']:.4f}", f"{r['final_eval_loss']:.4f}",
+                    f"{window['first_half']:.4f} -> {window['second_half']:.4f}",
+                    f"{window['half_z']:.1f}", f"{window['slope_z']:.1f}",
+                    "yes" if window["stationary"] else "**no**"))
+  if not rows:
+    return []
+  first_step = config["max_steps"] - (config["stationary_evals"] - 1) * config["eval_every"]
+  return section(
+      "## Stationary evaluation",
+      ("model", "L", "seed", "R (time average)", "se over time", "final iterate",
+       "first half -> second half", "halves (se)", "slope (se)", "stationary"), rows,
+      f"R, A and C are averages over {config['stationary_evals']} evaluations, steps "
+      f"{first_step}..{config['max_steps']} every {config['eval_every']}; the error over time "
+      "allows for the correlation of consecutive evaluations. A model is stationary when its "
+      f"two half-window means and its slope are within {config['stationarity_z']:g} standard "
+      "errors of no change.")
+
+
+def write_report(workdir: str) -> str:
+  """Writes figures/*.png and report.md from workdir/results.json alone; returns its path."""
+  results = read_results(workdir)
+  figures = [image("depth scaling", plot_depth_scaling(results), workdir, "depth_scaling"),
+             image("decomposition", plot_decomposition(results), workdir, "decomposition")]
+  lines = _header(results)
+  lines += ["## Checks against the paper", ""] + check_lines(checks_lib.run_checks(results))
+  lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
+            "what was tried to find the regime where it does."]
+  lines += _depth_fits(results) + _weighted_fits(results) + _window_fits(results)
+  lines += _against_theory(results) + _cosine_layers(results) + _ensemble_comparison(results)
+  for fit in results["fits"]:
+    lines += _grid_section(results, fit)
+  lines += _stationarity(results)
   if records.selection_percentiles(results):
-    plot_selection(results, os.path.join(workdir, "figures", "selection_error.png"))
+    save_report_figure(plot_selection(results), workdir, "selection_error")
     lines += [""] + selection_section(results)
-  lines += ["", "## Figures", "", "![depth scaling](figures/depth_scaling.png)", "",
-            "![decomposition](figures/decomposition.png)", ""]
+  lines += ["", "## Figures", "", figures[0], "", figures[1], ""]
   path = os.path.join(workdir, "report.md")
   write_text_atomic(path, "\n".join(lines))
   return path
