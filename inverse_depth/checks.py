@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from inverse_depth import analysis, paper, records, theory
+from inverse_depth import analysis, config as config_lib, paper, records, theory
 
 # The depth law R_L = L0 + c L^-alpha: the paper's exponents are near one (0.79-0.97 in
 # Table 4, 0.98-0.99 in Table 5) with R^2 >= 0.998; a fit "shows the law" with alpha in
@@ -516,7 +516,8 @@ def models_converged(results: dict) -> Check:
       f"({len(runs) - len(live)} diverged)."
       + (" Under a decay to zero the rule only sees the loss stop as the rate vanishes, not "
          "convergence: `experiments.longer_training` tests that by training the same models "
-         "longer." if results.get("config", {}).get("schedule") == "cosine" else ""))
+         "longer." if config_lib.flat(results.get("config", {})).get("schedule") == "cosine"
+         else ""))
 
 
 def models_stationary(runs: list[dict]) -> Check | None:

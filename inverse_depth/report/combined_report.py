@@ -263,7 +263,7 @@ def _run_line(name: str, results: dict) -> str:
   steps_by_depth = {r["depth"]: r["steps"] for r in runs}
   steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
            if len(set(steps_by_depth.values())) > 1 else f"{config['max_steps']} steps")
-  norm = ", |W_x| held at its initial norm" if config.get("fixed_input_norm") else ""
+  norm = ", |W_x| held at its initial norm" if config["fixed_input_norm"] else ""
   joined = (f" in {len(results['joined_from'])} runs joined" if results.get("joined_from")
             else "")
   return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps_by_depth))}, "

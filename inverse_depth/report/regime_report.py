@@ -22,7 +22,7 @@ def _regime_text(config: dict) -> str:
   """How a run trains, in words."""
   config = config_lib.flat(config)
   rate = config["learning_rate"]
-  window = config.get("stationary_evals", 1)
+  window = config["stationary_evals"]
   return (f"{config['optimizer']} {config['schedule']} {rate:g}, qk {config['qk_init']} "
           f"{config['qk_init_scale']:g}, {config['max_steps']} steps"
           + (f", mean of the last {window} evaluations" if window > 1 else ", final iterate"))
