@@ -19,7 +19,7 @@ over the per-layer leaves (`noise_layer`: W_q, W_k, ... of every layer) and over
 ones (`noise_model`: W_x, W_y, W_v, W_o, ...) (`gradient_noise`; the quantities of
 diagnostics.gradient_noise, for every model of the grid in one compiled call). They depend
 only on the state at the evaluation, so resuming replays them. On the law's grid they add
-about 2% to a run's wall time (bench/noise_cost.py).
+1.7-4.8% (median about 2.5%) to a run's wall time on 2 shared cores (bench/noise_cost.py).
 
 W_x sits behind the layer norm, so nothing in the loss fixes its scale: its norm is the first
 suspect of a slow drift (docs/notes/stationary.md). The value product g = W_o W_v W_y can
@@ -105,7 +105,8 @@ def gradient_noise(layer_predictions: Callable, params: Params, contexts_S: Batc
   every model's own grad l_i. Two passes over chunks of `chunk_size` contexts: the mean
   gradient gbar (the chunks' batch gradients summed), then sum_i |grad l_i - gbar|^2 per
   entry from the per-context gradients of one chunk at a time; tr Cov is its sum over a
-  model's entries, divided by E."""
+  model's entries, divided by E. (One pass summing both the gradients and their squares ran
+  4x slower on 2 CPU cores.)"""
   num_contexts = contexts_S.target_B.shape[1]
   if num_contexts % chunk_size:
     raise ValueError(f"{num_contexts} contexts do not split into chunks of {chunk_size}")
