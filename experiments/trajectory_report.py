@@ -3,7 +3,9 @@
     python -m experiments.trajectory_report --workdir=results/sgd_law_trajectory
 
 For every model of the run's grid, per recorded quantity (inverse_depth.trajectory: the
-validation R, A - C, the parameter norms, gain and score temperature): the block means of the
+validation R, A - C, the parameter norms, gain and score temperature, and the gradient-noise
+traces of the layer and shared parameters; a quantity a run did not record is listed as not
+recorded): the block means of the
 first and last four evaluations, the least-squares slope per 1000 steps over the second half
 of the run with its standard error, and for R the relaxation time tau of a fit
 R(t) = R_inf + a exp(-t / tau). Writes WORKDIR/trajectory.md and figures/trajectory.png.
@@ -25,7 +27,8 @@ flags.DEFINE_string("workdir", None, "a finished run folder with metrics.jsonl",
 FLAGS = flags.FLAGS
 
 QUANTITIES = ("val_loss", "disagreement", "norm_W_x", "norm_W_y", "norm_W_v", "norm_W_o",
-              "norm_W_q", "gain", "temperature", "temperature_spread")
+              "norm_W_q", "gain", "temperature", "temperature_spread", "noise_layer",
+              "noise_model")
 
 
 def series(workdir: str) -> tuple[list[int], dict[str, np.ndarray]]:
@@ -38,6 +41,11 @@ def series(workdir: str) -> tuple[list[int], dict[str, np.ndarray]]:
   found = trajectory.read_metrics(lines, "softmax")
   found["disagreement"] = found["val_A"] - found["val_C"]
   return depths, {k: (v.mean(axis=1) if v.ndim == 3 else v) for k, v in found.items()}
+
+
+def recorded(found, name: str) -> bool:
+  """Whether any evaluation of the run recorded `name`."""
+  return name in found and bool(np.isfinite(found[name]).any())
 
 
 def table(depths, found) -> str:
@@ -61,8 +69,11 @@ def table(depths, found) -> str:
     fit_rows.append(f"| {depth} | {fit['tau']:.0f} | {fit['y_inf']:.4f} | {last:.4f} | "
                     f"{fit['y_inf'] - last:+.4f} |")
   lines += ["## Relaxation of R", ""] + fit_rows + [""]
+  missing = [name for name in QUANTITIES if not recorded(found, name)]
+  if missing:
+    lines += [f"Not recorded by this run: {', '.join(missing)}.", ""]
   for name in QUANTITIES:
-    if name not in found or not np.isfinite(found[name]).any():
+    if name in missing:
       continue
     lines += [f"## {name}", "", "| L | first | last | slope / 1000 steps | se | z |",
               "|---|---|---|---|---|---|"]
@@ -76,7 +87,7 @@ def table(depths, found) -> str:
 
 
 def figure(depths, found, path: str) -> None:
-  names = [n for n in QUANTITIES if n in found and np.isfinite(found[n]).any()]
+  names = [n for n in QUANTITIES if recorded(found, n)]
   fig, axes = plt.subplots(2, (len(names) + 1) // 2, figsize=(4 * ((len(names) + 1) // 2), 7))
   for ax, name in zip(axes.ravel(), names):
     for m, depth in enumerate(depths):

@@ -35,7 +35,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from inverse_depth import analysis, config as config_lib, hosts, theory
+from inverse_depth import analysis, config as config_lib, hosts, theory, trajectory
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.config import GridSpec
 from inverse_depth.evaluation import GridEvaluator
@@ -255,7 +255,8 @@ def _train_resumably(spec: GridSpec, trainer: GridTrainer, val_sets, workdir: st
     if hosts.is_writer():
       metrics.drop_after(spec.label, spec.problem.spectra, int(state.step))
     train_time_s = previous_time_s
-    for state, progress in trainer.fit(state, val_sets, spec.eval.eval_chunk_size):
+    noise_sets = tuple(trajectory.noise_contexts(spec.problem, spec.root_seed))
+    for state, progress in trainer.fit(state, val_sets, spec.eval.eval_chunk_size, noise_sets):
       train_time_s = previous_time_s + progress["elapsed_s"]
       per_model = {k: v for k, v in progress.items() if isinstance(v, list)}
       if hosts.is_writer():

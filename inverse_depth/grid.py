@@ -77,10 +77,14 @@ class GridLayout:
         offset + (np.arange(depth) // (self.loop_group or depth)) * (self.loop_group or depth)
         for offset, depth in zip(self.offsets, self.depths)]).astype(int)
 
+  def model_sum(self, layer_values_T: jax.Array) -> jax.Array:
+    """Per-model sum over its own layers: (T, ...) -> (M, ...), one segment sum."""
+    return jax.ops.segment_sum(layer_values_T, self.layer_model_index,
+                               num_segments=self.num_models, indices_are_sorted=True)
+
   def model_mean(self, layer_values_T: jax.Array) -> jax.Array:
-    """Per-model mean over its own layers: (T, ...) -> (M, ...), one segment sum."""
-    sums_M = jax.ops.segment_sum(layer_values_T, self.layer_model_index,
-                                 num_segments=self.num_models, indices_are_sorted=True)
+    """Per-model mean over its own layers: (T, ...) -> (M, ...)."""
+    sums_M = self.model_sum(layer_values_T)
     depths_M = np.asarray(self.depths, np.float32).reshape((-1,) + (1,) * (sums_M.ndim - 1))
     return sums_M / depths_M.astype(sums_M.dtype)
 

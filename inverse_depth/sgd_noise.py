@@ -23,19 +23,20 @@ import jax
 import numpy as np
 
 from inverse_depth import analysis, config as config_lib, diagnostics, experiment, models
-from inverse_depth import records, theory
+from inverse_depth import records, theory, trajectory
 from inverse_depth.files import write_json_atomic
 from inverse_depth.workdir import read_results
 
-NOISE_STREAM = 6  # fold_in index of the contexts the noise is measured on (5: theory bounds)
 NOISE_FILE = "sgd_noise.json"
 
 
 def one_layer_noise(workdir: str, num_contexts: int, chunk_size: int = 512) -> dict:
   """tr Sigma of every one-layer model of a finished constant-rate run, per parameter group
   (`layer`, `model`: diagnostics.gradient_noise), at every step of its averaging window, on
-  `num_contexts` fresh contexts: arrays [groups, steps, seeds] (groups: the run's spectra x
-  rates, GridTrainer.groups), with `learning_rates` [groups] and the grid's `spec`."""
+  `num_contexts` contexts of trajectory.noise_contexts (with trajectory.NOISE_CONTEXTS, and
+  chunk_size >= that, the traces metrics.jsonl records at those steps): arrays [groups,
+  steps, seeds] (groups: the run's spectra x rates, GridTrainer.groups), with
+  `learning_rates` [groups] and the grid's `spec`."""
   with open(os.path.join(workdir, "config.json")) as f:
     config = config_lib.from_saved(json.load(f))
   spec = config_lib.grid_specs(config)[0]
@@ -44,8 +45,7 @@ def one_layer_noise(workdir: str, num_contexts: int, chunk_size: int = 512) -> d
                      f"{spec.train.schedule!r}, depths {spec.depths})")
   trainer = experiment.grid_trainer(spec)
   member = spec.depths.index(1)
-  key = jax.random.fold_in(jax.random.key(spec.root_seed), NOISE_STREAM)
-  contexts = [spec.problem.sample(key, num_contexts, a, b) for a, b in spec.problem.spectra]
+  contexts = trajectory.noise_contexts(spec.problem, spec.root_seed, num_contexts)
   noise = jax.jit(lambda model, layers, chunk: diagnostics.gradient_noise(
       models.LAYER_PREDICTIONS[spec.model], model, layers, chunk))
   num_seeds = len(spec.seeds)

@@ -321,6 +321,7 @@ class GridTrainer:
                           else jax.jit(self._group_selected_mass, out_shardings=self.replicated))
     self.update_convergence = jax.jit(self._update_convergence, donate_argnums=0,
                                       out_shardings=self.state_shardings)
+    self.gradient_noise = jax.jit(self._gradient_noise, out_shardings=self.replicated)
 
   # --- state ---------------------------------------------------------------------------------
 
@@ -431,6 +432,12 @@ class GridTrainer:
 
     return jax.vmap(per_seed)(self.group_params(params, group))
 
+  def _gradient_noise(self, params: Params, contexts_S: tasks.Batch) -> dict[str, jax.Array]:
+    """trajectory.gradient_noise of every model, each replicate on its own contexts (leaves
+    [S, E, ...]): `layer` and `model` traces [S, M]."""
+    return trajectory.gradient_noise(lambda p, batch: self.module.apply({"params": p}, batch),
+                                     params, contexts_S, self.layout)
+
   def _update_convergence(self, state: TrainState, val_loss_SM: jax.Array) -> TrainState:
     """The schedule's rule (module docstring) after one validation: an evaluation improves
     when the loss falls below (1 - rel_tol) x the best so far; `patience` evaluations without
@@ -494,19 +501,23 @@ class GridTrainer:
     """Loss R of every model of `layout` on the held-out set of its spectrum: [S, M]."""
     return self.model_identity_terms(params, eval_sets, chunk_size)["R"]
 
-  def fit(self, state: TrainState, val_sets: tuple[tasks.Batch, ...],
-          chunk_size: int) -> Iterator[tuple[TrainState, dict]]:
+  def fit(self, state: TrainState, val_sets: tuple[tasks.Batch, ...], chunk_size: int,
+          noise_sets: tuple[tasks.Batch, ...] | None = None
+          ) -> Iterator[tuple[TrainState, dict]]:
     """Train until no model is active or `max_steps`; yields (state, progress) per evaluation.
 
     `val_sets[j]` is the validation set of spectrum j. Progress arrays are [S, M] over the
     real models: the training and validation losses, `val_A` and `val_C` (the identity's A
     and C on the validation set), the parameter summary of inverse_depth.trajectory (norms,
-    gain, score temperature), the rule's bookkeeping, and `selected_mass` (models with
+    gain, score temperature), the rule's bookkeeping, `selected_mass` (models with
     attention rows only: the mean attention mass on the tokens that make the target, on the
-    first validation chunk). `elapsed_s`
-    counts from this call (a resumed run starts it again; experiment.py adds the earlier
-    attempts' time).
+    first validation chunk), and with `noise_sets` (contexts of spectrum j at j) the
+    gradient-noise traces `noise_layer` and `noise_model` (trajectory.gradient_noise).
+    `elapsed_s` counts from this call (a resumed run starts it again; experiment.py adds the
+    earlier attempts' time).
     """
+    noise_contexts_S = None if noise_sets is None else jax.tree.map(
+        lambda *xs: jnp.stack(xs)[self.replicate_spectrum], *noise_sets)
     start = time.time()
     start_step = int(state.step)
     while int(state.step) < self.settings.max_steps and bool(state.active_SM.any()):
@@ -524,6 +535,9 @@ class GridTrainer:
       # Gathered: with several processes the layer axis spans other processes' devices.
       progress += trajectory.parameter_summary(jax.tree.map(hosts.to_host, state.params),
                                                self.layout).items()
+      if noise_contexts_S is not None:  # replicated outputs: every process reads them whole
+        progress += [(f"noise_{group}", trace_SM) for group, trace_SM in
+                     self.gradient_noise(state.params, noise_contexts_S).items()]
       if self.selected_mass is not None:
         progress.append(("selected_mass", np.concatenate([
             np.asarray(self.selected_mass(

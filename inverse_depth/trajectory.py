@@ -12,15 +12,32 @@ Per model, on the fixed validation contexts of the convergence rule:
   tau = s^2 N), as its mean over the model's layers and its spread (standard deviation over
   the layers divided by the mean).
 
+And per model, on NOISE_CONTEXTS fixed contexts per spectrum drawn from
+fold_in(key(root_seed), NOISE_STREAM) (`noise_contexts`, the contexts sgd_noise.one_layer_noise
+draws with as many), the gradient-noise traces tr Cov_i[grad l_i], l_i = (y_hat_i - y*_i)^2,
+over the per-layer leaves (`noise_layer`: W_q, W_k, ... of every layer) and over the shared
+ones (`noise_model`: W_x, W_y, W_v, W_o, ...) (`gradient_noise`; the quantities of
+diagnostics.gradient_noise, for every model of the grid in one compiled call). They depend
+only on the state at the evaluation, so resuming replays them. On the law's grid they add
+1.7-4.8% (median about 2.5%) to a run's wall time on 2 shared cores (bench/noise_cost.py).
+
 W_x sits behind the layer norm, so nothing in the loss fixes its scale: its norm is the first
 suspect of a slow drift (docs/notes/stationary.md). The value product g = W_o W_v W_y can
 rebalance its factors at fixed g, which the three norms show.
 """
 
+from typing import Callable
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from inverse_depth.grid import GridLayout, Params
+from inverse_depth.tasks import Batch
+
+NOISE_STREAM = 6  # fold_in index of the root key for the noise contexts (5: theory bounds)
+NOISE_CONTEXTS = 256  # contexts per spectrum the gradient-noise traces are measured on
+NOISE_CHUNK = 8  # contexts per vmapped per-context gradient (fastest on 2 CPU cores)
 
 
 def identity_terms(layer_preds_STE: np.ndarray, target_E: np.ndarray,
@@ -70,15 +87,77 @@ def _per_model_mean(values_ST: np.ndarray, layout: GridLayout) -> np.ndarray:
                    for m in range(layout.num_models)], axis=1)
 
 
+def noise_contexts(problem, root_seed: int, num_contexts: int = NOISE_CONTEXTS) -> list[Batch]:
+  """The contexts the gradient noise is measured on, one batch per spectrum of `problem`
+  (train.Problem), all from fold_in(key(root_seed), NOISE_STREAM)."""
+  key = jax.random.fold_in(jax.random.key(root_seed), NOISE_STREAM)
+  return [problem.sample(key, num_contexts, a, b) for a, b in problem.spectra]
+
+
+def gradient_noise(layer_predictions: Callable, params: Params, contexts_S: Batch,
+                   layout: GridLayout, chunk_size: int = NOISE_CHUNK) -> dict[str, jax.Array]:
+  """tr Cov_i[grad l_i] of every model over the E contexts of its replicate ([S, E, ...]),
+  l_i = (y_hat_i - y*_i)^2, split as diagnostics.gradient_noise into `layer` (the per-layer
+  leaves) and `model` (the shared ones): arrays [S, M]. `layer_predictions(params of one
+  replicate, batch)` gives f_l [T, B].
+
+  Each model owns its slices of the packed parameters, so the gradient of sum_m l_i,m holds
+  every model's own grad l_i. Two passes over chunks of `chunk_size` contexts: the mean
+  gradient gbar (the chunks' batch gradients summed), then sum_i |grad l_i - gbar|^2 per
+  entry from the per-context gradients of one chunk at a time; tr Cov is its sum over a
+  model's entries, divided by E. (One pass summing both the gradients and their squares ran
+  4x slower on 2 CPU cores.)"""
+  num_contexts = contexts_S.target_B.shape[1]
+  if num_contexts % chunk_size:
+    raise ValueError(f"{num_contexts} contexts do not split into chunks of {chunk_size}")
+  chunks = jax.tree.map(  # [num_chunks, S, chunk_size, ...]
+      lambda x: jnp.swapaxes(x.reshape((x.shape[0], -1, chunk_size) + x.shape[2:]), 0, 1),
+      contexts_S)
+
+  def total_loss(params_one, batch):
+    """sum over the batch's contexts and the models of l."""
+    predictions_MB = layout.model_mean(layer_predictions(params_one, batch))
+    return jnp.sum((predictions_MB - batch.target_B[None]) ** 2)
+
+  def context_loss(params_one, context):  # leaves without the context axis
+    return total_loss(params_one, jax.tree.map(lambda x: x[None], context))
+
+  def add_gradient(sums, chunk_S):
+    return jax.tree.map(jnp.add, sums, jax.vmap(jax.grad(total_loss))(params, chunk_S)), None
+
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  sums, _ = jax.lax.scan(add_gradient, zeros, chunks)
+  mean = jax.tree.map(lambda total: total / num_contexts, sums)
+  per_context = jax.vmap(jax.vmap(jax.grad(context_loss), (None, 0)))  # [S, chunk_size, ...]
+
+  def add_squares(squares, chunk_S):
+    return jax.tree.map(lambda total, g, m: total + jnp.sum((g - m[:, None]) ** 2, axis=1),
+                        squares, per_context(params, chunk_S), mean), None
+
+  squares, _ = jax.lax.scan(add_squares, zeros, chunks)
+
+  def entry_sums(leaf):  # [S, X, ...] -> [S, X]
+    return (leaf / num_contexts).reshape(leaf.shape[:2] + (-1,)).sum(-1)
+
+  layer_ST = sum(entry_sums(leaf) for leaf in jax.tree.leaves(squares["layer"]))
+  return dict(layer=jax.vmap(layout.model_sum)(layer_ST),
+              model=sum(entry_sums(leaf) for leaf in jax.tree.leaves(squares["model"])))
+
+
 def read_metrics(lines: list[dict], label: str) -> dict[str, np.ndarray]:
   """The recorded series of one grid from metrics.jsonl lines: `step` [E] and every [S, M]
-  quantity stacked over evaluations, [E, S, M] (float; NaN where not recorded)."""
+  quantity any line holds, stacked over evaluations, [E, S, M] (float; NaN at the
+  evaluations that did not record it, e.g. the noise traces before they were recorded)."""
   mine = sorted((line for line in lines if line["model"] == label), key=lambda l: l["step"])
-  names = [k for k, v in mine[0].items() if isinstance(v, list) and k not in (
-      "converged", "diverged", "lr_scale")]
+  shapes = {}
+  for line in mine:
+    for name, value in line.items():
+      if isinstance(value, list) and name not in ("converged", "diverged", "lr_scale"):
+        shapes.setdefault(name, np.shape(value))
   out = {"step": np.asarray([line["step"] for line in mine], np.float64)}
-  for name in names:
-    out[name] = np.asarray([line.get(name, np.nan) for line in mine], np.float64)
+  for name, shape in shapes.items():
+    out[name] = np.stack([np.asarray(line.get(name, np.full(shape, np.nan)), np.float64)
+                          for line in mine])
   return out
 
 

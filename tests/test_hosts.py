@@ -86,6 +86,12 @@ def test_two_processes_write_one_workdir_matching_one_process(tmp_path):
     lines = [json.loads(line) for line in f if line.strip()]
   steps = [(line["step"], line["a"], line["b"]) for line in lines]
   assert steps and len(steps) == len(set(steps))
+  # the gradient-noise traces, computed on the layer axis that spans both processes
+  with open(os.path.join(tmp_path, "one", "metrics.jsonl")) as f:
+    alone = [json.loads(line) for line in f if line.strip()]
+  for name in ("noise_layer", "noise_model"):
+    np.testing.assert_allclose([line[name] for line in lines], [line[name] for line in alone],
+                               rtol=1e-4, err_msg=name)
   assert os.path.exists(os.path.join(workdir, "report.md"))
 
 

@@ -46,6 +46,13 @@ def _metric_steps(workdir):
     return [json.loads(line)["step"] for line in f if line.strip()]
 
 
+def _metric_values(workdir):
+  """metrics.jsonl without its timings: what each evaluation computed from the state."""
+  timings = ("train_time_s", "elapsed_s", "eta_max_s")
+  return [{k: v for k, v in line.items() if k not in timings}
+          for line in workdir_lib.read_metrics(workdir)]
+
+
 @pytest.fixture(scope="module")
 def crashed_workdir(tmp_path_factory):
   """A tiny run that died right after writing its step-40 checkpoint."""
@@ -101,6 +108,9 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(crashed_workdir, tiny
   assert "Dropping a half-written line" in caplog.text
   assert _numbers(results) == _numbers(tiny_run["results"])
   assert _metric_steps(workdir) == [20, 40, 60]  # no step logged twice
+  # every recorded number, the gradient-noise traces included, as if never interrupted
+  assert json.dumps(_metric_values(workdir)) == json.dumps(_metric_values(tiny_run["workdir"]))
+  assert "noise_layer" in _metric_values(workdir)[-1]
 
 
 def _newest_step_dir(workdir):

@@ -22,6 +22,7 @@ SCRIPT = r"""
 import json, sys
 import jax, numpy as np
 from jax.sharding import Mesh
+from inverse_depth import trajectory
 from inverse_depth.checkpoint import GridCheckpoints, state_checksum
 from inverse_depth.grid import InitScales
 from inverse_depth.train import GridTrainer, LAYER_AXIS, Problem, TrainSettings
@@ -31,6 +32,7 @@ settings = TrainSettings(batch_size=16, learning_rate=1e-2, warmup_steps=2, max_
                          eval_every=5, rel_tol=0.05, patience=1, lr_decay_factor=0.5,
                          max_lr_decays=1, divergence_loss=1e6)
 val_set = (jax.jit(lambda key: problem.sample(key, 64, 0.0, 0.0))(jax.random.key(12)),)
+noise_sets = tuple(trajectory.noise_contexts(problem, root_seed=0, num_contexts=64))
 out = dict(num_devices=jax.device_count())
 for model in sys.argv[2:]:
   for name, devices in (("all", jax.devices()), ("one", jax.devices()[:1])):
@@ -38,9 +40,10 @@ for model in sys.argv[2:]:
                           init_scales=InitScales(), init_key=jax.random.key(10),
                           data_key=jax.random.key(11), mesh=Mesh(np.array(devices), (LAYER_AXIS,)))
     state = trainer.init_state()
-    history = []
-    for state, progress in trainer.fit(state, val_set, 64):
+    history, noise = [], []
+    for state, progress in trainer.fit(state, val_set, 64, noise_sets):
       history.append(progress["val_loss"])
+      noise.append([progress["noise_layer"], progress["noise_model"]])
     # A checkpoint of the sharded state restores with the same bytes and shardings.
     checkpoints = GridCheckpoints(f"{sys.argv[1]}/{model}-{name}", max_to_keep=1,
                                   config_hash="test", layout_depths=trainer.layout.depths)
@@ -51,7 +54,7 @@ for model in sys.argv[2:]:
     assert jax.tree.map(lambda x: x.sharding, restored) == trainer.state_shardings
     W_q = state.params["layer"]["W_q"]
     out[f"{model}/{name}"] = dict(
-        val_loss=history, total_layers=trainer.layout.total_layers,
+        val_loss=history, noise=noise, total_layers=trainer.layout.total_layers,
         W_q_devices=len(W_q.sharding.device_set),
         W_q_shard_shape=list(W_q.sharding.shard_shape(W_q.shape)),
         W_q_real=np.asarray(W_q)[:, :7].tolist(),
@@ -94,5 +97,8 @@ def test_eight_devices_train_the_same_models_as_one(on_eight_devices):
   assert sharded["steps"] == single["steps"]
   np.testing.assert_allclose(np.array(sharded["val_loss"])[:, :, :3],
                              np.array(single["val_loss"])[:, :, :3], rtol=1e-4)
+  # the gradient-noise traces of the real models: the padding model is not reported
+  assert np.shape(sharded["noise"]) == np.shape(single["noise"]) == (2, 2, 2, 3)
+  np.testing.assert_allclose(sharded["noise"], single["noise"], rtol=1e-4)
   np.testing.assert_allclose(sharded["W_q_real"], single["W_q_real"], rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(sharded["W_o"], single["W_o"], rtol=1e-4, atol=1e-5)

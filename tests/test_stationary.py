@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from inverse_depth import analysis, config as config_lib, experiment
+from inverse_depth import analysis, config as config_lib, experiment, workdir as workdir_lib
 from inverse_depth.checkpoint import GridCheckpoints
 from inverse_depth.config import ConfigError
 from inverse_depth.report import noise_report, run_report
@@ -174,6 +174,26 @@ def test_the_noise_prediction_reads_the_window_of_a_finished_run(window_run):
       batch_size=config.train.batch_size))
   assert written["fitted_c"] == results["fits"][0]["c"]
   assert "| c (depth term) |" in open(path).read()
+
+
+def test_the_noise_traces_of_every_evaluation_are_the_one_layer_noise_of_its_state(window_run):
+  """metrics.jsonl's per-evaluation traces of the one-layer models, at the window's steps,
+  equal sgd_noise.one_layer_noise on the same contexts, computed after the run from the
+  checkpoints there (one model alone, one chunk); every evaluation records both traces of
+  every model."""
+  from inverse_depth import sgd_noise, trajectory
+  workdir, _ = window_run
+  spec = config_lib.grid_specs(window_config())[0]
+  found = trajectory.read_metrics(workdir_lib.read_metrics(workdir), spec.label)
+  assert found["noise_layer"].shape == found["noise_model"].shape == found["val_loss"].shape
+  assert np.all(found["noise_layer"] > 0) and np.all(found["noise_model"] > 0)
+  after = sgd_noise.one_layer_noise(workdir, num_contexts=trajectory.NOISE_CONTEXTS,
+                                    chunk_size=trajectory.NOISE_CONTEXTS)
+  window_E = [list(found["step"]).index(step) for step in spec.stationary_steps]
+  member = spec.depths.index(1)
+  for group in ("layer", "model"):
+    recorded_WS = found[f"noise_{group}"][window_E, :, member]
+    np.testing.assert_allclose(recorded_WS, after[group][0], rtol=1e-5)
 
 
 # --- rate sweeps ----------------------------------------------------------------------------

@@ -1,12 +1,16 @@
 """What a run records per model at every evaluation (inverse_depth.trajectory): the identity's
-R, A, C from layer predictors, and the parameter summary (norms, gain, score temperature)."""
+R, A, C from layer predictors, the parameter summary (norms, gain, score temperature), and the
+gradient-noise traces."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from inverse_depth import analysis, trajectory
+from inverse_depth import analysis, diagnostics, models, trajectory
 from inverse_depth.grid import GridLayout, InitScales, init_grid
 from inverse_depth.models import softmax
+from inverse_depth.train import Problem
 
 
 def test_identity_terms_equal_decompose_model_by_model():
@@ -81,3 +85,44 @@ def test_remaining_change_recovers_the_gap_left_by_an_exponential_approach():
   flat = trajectory.remaining_change(steps, 2.0 + 1e-3 * rng.standard_normal((3, steps.size)),
                                      12000, 0.0)
   assert abs(flat["change"]) < 5e-3
+
+
+@pytest.mark.parametrize("kind", models.MODELS)
+def test_gradient_noise_of_the_grid_is_each_models_own(kind):
+  """One compiled call on the packed grid gives, per replicate and model, what
+  diagnostics.gradient_noise gives for that model alone on its replicate's contexts (two
+  spectra, two replicates; looped models tied in pairs; four chunks of contexts)."""
+  layout = GridLayout((1, 3), loop_group=2)
+  d = 8 if kind == "linear" else 4
+  params = init_grid(jax.random.key(0), layout, (0, 1), d=d, N=8, scales=InitScales(),
+                     model=kind)
+  problem = Problem("topk", 2, d, 16, ((0.0, 0.0), (1.0, 0.5)))
+  contexts = trajectory.noise_contexts(problem, root_seed=3, num_contexts=32)
+  contexts_S = jax.tree.map(lambda *xs: jnp.stack(xs), *contexts)  # replicate s: spectrum s
+  layer_predictions = models.LAYER_PREDICTIONS[kind]
+  found = jax.jit(lambda p, x: trajectory.gradient_noise(
+      lambda q, batch: layer_predictions(q, batch, layout), p, x, layout, 8))(params, contexts_S)
+  for m, depth in enumerate(layout.depths):
+    alone = GridLayout((depth,), loop_group=2)
+    noise = jax.jit(lambda model, layers, batch, alone=alone: diagnostics.gradient_noise(
+        lambda p, b, _: layer_predictions(p, b, alone), model, layers, batch))
+    for s in range(2):
+      expected = noise(*layout.model_params(jax.tree.map(lambda x: x[s], params), m),
+                       contexts[s])
+      for group in ("layer", "model"):
+        np.testing.assert_allclose(found[group][s, m], expected[group], rtol=2e-5)
+  with pytest.raises(ValueError, match="chunks of 12"):
+    trajectory.gradient_noise(layer_predictions, params, contexts_S, layout, 12)
+
+
+def test_read_metrics_fills_a_quantity_missing_from_earlier_lines_with_nan():
+  """A run resumed by newer code records a quantity from some step on: the earlier
+  evaluations read as NaN, not an error."""
+  lines = [dict(model="softmax", step=10, val_loss=[[1.0, 2.0]]),
+           dict(model="softmax", step=20, val_loss=[[0.5, 1.5]], noise_layer=[[3.0, 4.0]]),
+           dict(model="linear", step=10, val_loss=[[9.0]])]
+  found = trajectory.read_metrics(lines, "softmax")
+  np.testing.assert_array_equal(found["step"], [10, 20])
+  assert found["noise_layer"].shape == (2, 1, 2)
+  assert np.isnan(found["noise_layer"][0]).all()
+  np.testing.assert_array_equal(found["noise_layer"][1], [[3.0, 4.0]])

@@ -16,8 +16,9 @@ Committed results: results/sgd_law/ (the default `cpu` tier). The `paper` tier g
 slower under SGD (BUILD_NOTES "Where the law appears": depth 64 is not converged at 12000
 steps), so four times the depth takes four times the steps; an accelerator's run, not run yet.
 The `trajectory` tier trains one seed for 20000 steps and keeps every evaluation's checkpoint:
-metrics.jsonl then carries, per model and evaluation, R, A, C and the parameter norms, gain
-and score temperature (inverse_depth.trajectory), to find where each depth settles.
+metrics.jsonl then carries, per model and evaluation, R, A, C, the parameter norms, gain and
+score temperature, and the gradient-noise traces (inverse_depth.trajectory), to find where each
+depth settles.
 The `stationary` tiers train the law's grid at its stationary state (docs/notes/stationary.md):
 regimes.SGD_STATIONARY (W_x held at its initial norm, which changes no prediction), and a step
 budget per depth of 500 L steps, about 2.4 relaxation times of the slowest mode (A - C, ~205 L):
