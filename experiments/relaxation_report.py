@@ -15,7 +15,11 @@ seed means of:
   first `window` evaluations from the middle of the run, the last `window`): the direction in
   which the model was still moving.
 
-Writes OUT/relaxation.md and OUT/relaxation.json (OUT defaults to the workdir).
+and A - C driven by the common mode (relaxation.driven_time). Writes OUT/relaxation.json and
+OUT/relaxation.md (OUT defaults to the workdir); without --workdir, rewrites OUT/relaxation.md
+from OUT/relaxation.json and OUT/config.json alone:
+
+    python -m experiments.relaxation_report --out=results/sgd_law_trajectory
 """
 
 import json
@@ -29,8 +33,8 @@ from absl import app, flags
 from inverse_depth import config as config_lib, experiment, relaxation, trajectory
 from inverse_depth.files import write_json_atomic
 
-flags.DEFINE_string("workdir", None, "a finished constant-rate run with its checkpoints",
-                    required=True)
+flags.DEFINE_string("workdir", None, "a finished constant-rate run with its checkpoints (none: "
+                    "rewrite --out's relaxation.md from its relaxation.json)")
 flags.DEFINE_string("out", None, "where relaxation.md and .json go (default: the workdir)")
 flags.DEFINE_integer("contexts", 2048, "contexts of the fixed batch the curvature is taken on")
 flags.DEFINE_integer("window", 8, "evaluations averaged at each end of the drift direction")
@@ -101,54 +105,83 @@ def _ratio(measured: dict, predicted: float) -> str:
   return f"{ratio:.2f} ({verdict})"
 
 
-def main(argv):
-  del argv
-  out_dir = FLAGS.out or FLAGS.workdir
-  predicted = curvature_times(FLAGS.workdir, FLAGS.contexts, FLAGS.window)
-  spec = predicted["spec"]
-  measured = measured_times(FLAGS.workdir, spec.model)
-  rows, records = [], []
-  for m, depth in enumerate(spec.depths):
-    # Times are averaged over seeds as rates (1 / tau), the quantity the curvature gives.
-    tau = {name: 1.0 / np.mean(1.0 / predicted[name][:, m])
-           for name in ("temperature", "disagreement", "drift")}
-    temperature, disagreement = measured["temperature"][m], measured["disagreement"][m]
-    records.append(dict(depth=depth, predicted=tau, measured_temperature=temperature,
-                        measured_disagreement=disagreement))
-    rows.append(f"| {depth} | {_tau(temperature)} | {tau['temperature']:.0f} | "
-                f"{_ratio(temperature, tau['temperature'])} | {_tau(disagreement)} | "
-                f"{tau['disagreement']:.0f} | {_ratio(disagreement, tau['disagreement'])} | "
-                f"{tau['drift']:.0f} | {_ratio(disagreement, tau['drift'])} |")
+def _slowest_per_depth(records: list[dict]) -> tuple[float, float]:
+  """A - C's tau / L over the depths >= 4 where it is resolved, and the largest departure
+  (relaxation.per_depth_constant); NaN without any."""
   slowest = [(r["depth"], r["measured_disagreement"]["tau"]) for r in records
              if r["depth"] >= 4 and r["measured_disagreement"]["resolved"]]
-  constant, spread = (relaxation.per_depth_constant(*zip(*slowest)) if slowest
-                      else (np.nan, np.nan))
+  return relaxation.per_depth_constant(*zip(*slowest)) if slowest else (np.nan, np.nan)
+
+
+def write_markdown(out_dir: str) -> str:
+  """OUT/relaxation.md from OUT/relaxation.json and OUT/config.json alone."""
+  with open(os.path.join(out_dir, "relaxation.json")) as f:
+    found = json.load(f)
+  with open(os.path.join(out_dir, "config.json")) as f:
+    spec = config_lib.grid_specs(config_lib.from_saved(json.load(f)))[0]
+  rows = []
+  for record in found["depths"]:
+    tau = record["predicted"]
+    temperature, disagreement = record["measured_temperature"], record["measured_disagreement"]
+    driven = relaxation.driven_time(tau["disagreement"], tau["temperature"])
+    cells = [record["depth"], _tau(temperature), f"{tau['temperature']:.0f}",
+             _ratio(temperature, tau["temperature"]), _tau(disagreement),
+             f"{tau['disagreement']:.0f}", _ratio(disagreement, tau["disagreement"]),
+             f"{driven:.0f}" if np.isfinite(driven) else "-", _ratio(disagreement, driven),
+             f"{tau['drift']:.0f}", _ratio(disagreement, tau["drift"])]
+    rows.append("| " + " | ".join(map(str, cells)) + " |")
+  constant, spread = _slowest_per_depth(found["depths"])
   lines = [
-      f"# Relaxation times of {os.path.basename(FLAGS.workdir.rstrip('/'))}", "",
+      f"# Relaxation times of {os.path.basename(found['workdir'].rstrip('/'))}", "",
       f"Heavy-ball SGD, eta {spec.train.learning_rate:g}, momentum {spec.train.momentum:g}, "
       f"{len(spec.seeds)} seed(s), {spec.train.max_steps} steps. Measured: tau of "
       "y_inf + a exp(-t / tau) fitted to the seed-mean series from the start; predicted: "
       "(1 - beta) / (eta q), q the curvature at the final parameters along the temperature, "
-      f"disagreement and drift directions ({FLAGS.contexts} contexts; drift: mean W_q, W_k of "
-      f"{FLAGS.window} evaluations from step {predicted['drift_window'][0]} minus those of the "
-      f"last {FLAGS.window}). Ratios are measured / predicted; a prediction agrees within "
+      f"disagreement and drift directions ({found['contexts']} contexts; drift: mean W_q, W_k "
+      f"of {found['window']} evaluations from step {found['drift_window'][0]} minus those of "
+      f"the last {found['window']}). Driven: A - C following the common mode "
+      "(relaxation.driven_time: the slower of the disagreement's and the temperature's "
+      "predicted times). Ratios are measured / predicted; a prediction agrees within "
       f"{AGREEMENT_FACTOR:g}x.", "",
       "| L | tau temperature | predicted | ratio | tau A - C | predicted (disagreement) | ratio "
-      "| predicted (drift) | ratio to tau A - C |",
-      "|---|---|---|---|---|---|---|---|---|", *rows, "",
+      "| predicted (driven by the common mode) | ratio | predicted (drift) | ratio to tau A - C |",
+      "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
       f"The slowest mode, A - C, measured where resolved at L >= 4: tau / L = {constant:.0f} "
       f"steps (depths depart from it by up to {spread:.2f}x); three such times (5% of a gap "
       "left) then take " + ", ".join(
           f"{relaxation.steps_to_settle(constant, L):,.0f} steps at L = {L}"
           for L in (64, 128, 256)) + "."]
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "relaxation.md"), "w") as f:
+  path = os.path.join(out_dir, "relaxation.md")
+  with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
+  return path
+
+
+def main(argv):
+  del argv
+  out_dir = FLAGS.out or FLAGS.workdir
+  if FLAGS.workdir is None:  # the markdown again, from OUT's relaxation.json
+    print(write_markdown(out_dir))
+    return
+  predicted = curvature_times(FLAGS.workdir, FLAGS.contexts, FLAGS.window)
+  spec = predicted["spec"]
+  measured = measured_times(FLAGS.workdir, spec.model)
+  records = []
+  for m, depth in enumerate(spec.depths):
+    # Times are averaged over seeds as rates (1 / tau), the quantity the curvature gives.
+    tau = {name: 1.0 / np.mean(1.0 / predicted[name][:, m])
+           for name in ("temperature", "disagreement", "drift")}
+    records.append(dict(depth=depth, predicted=tau, measured_temperature=measured[
+        "temperature"][m], measured_disagreement=measured["disagreement"][m]))
+  os.makedirs(out_dir, exist_ok=True)
   write_json_atomic(os.path.join(out_dir, "relaxation.json"), dict(
       workdir=FLAGS.workdir, contexts=FLAGS.contexts, window=FLAGS.window,
-      drift_window=predicted["drift_window"], disagreement_tau_per_depth=constant,
-      depths=records))
-  print(os.path.join(out_dir, "relaxation.md"))
+      drift_window=predicted["drift_window"],
+      disagreement_tau_per_depth=_slowest_per_depth(records)[0], depths=records))
+  if not os.path.exists(os.path.join(out_dir, "config.json")):
+    with open(os.path.join(FLAGS.workdir, "config.json")) as f:
+      write_json_atomic(os.path.join(out_dir, "config.json"), json.load(f))
+  print(write_markdown(out_dir))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,12 @@ J_l = d f_l / d theta_l. Two kinds of direction follow (docs/notes/stationary.md
 Both grow like L: a single layer's own direction is not 1/L^2 flat, because away from
 interpolation (y_hat != y; here R ~ 2) the residual term carries only 1/L.
 
+A stiff mode whose optimum moves with a slower one follows it: on the quadratic
+R = q_s s^2 / 2 + q_f (f - c s)^2 / 2 with q_f >> q_s, f's gap closes at the slower rate
+(`driven_time`), not at its own. The layers' disagreement is such a mode: its direction is
+stiff at the end of training, but where the layers should part depends on their common
+temperature, so A - C is predicted to relax in the common mode's time.
+
 The directions measured on a trained model (`directions`): `temperature`, every layer's
 (W_q^l, W_k^l) scaled up alike, which raises every layer's score temperature tr(W_q^T W_k)
 together; `disagreement`, each layer's (W_q^l, W_k^l) minus the mean over the model's layers,
@@ -107,6 +113,13 @@ def predicted_times(kind: str, depth: int, params, batch: Batch, *, learning_rat
     q = rayleigh_quotient(loss, params, direction)
     out[name] = dict(curvature=q, tau=relaxation_time(q, learning_rate, momentum))
   return out
+
+
+def driven_time(own_tau: float, driver_tau: float) -> float:
+  """The relaxation time of a mode whose optimum moves with a driver relaxing in
+  `driver_tau`: the slower of the two (the gap is a sum of both exponentials, and the slower
+  one is left)."""
+  return float(max(own_tau, driver_tau))
 
 
 def steps_to_settle(tau_per_depth: float, depth: int, e_folds: float = 3.0) -> float:

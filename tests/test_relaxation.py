@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from inverse_depth import relaxation
+from inverse_depth import relaxation, trajectory
 from inverse_depth.grid import GridLayout, InitScales, init_grid
 from inverse_depth.train import Problem
 
@@ -66,3 +66,30 @@ def test_per_depth_constant_and_steps_to_settle():
   _, worst = relaxation.per_depth_constant([1, 4], [300, 2400])
   assert worst == pytest.approx(np.sqrt(2))
   assert relaxation.steps_to_settle(300, 64) == pytest.approx(3 * 300 * 64)
+
+
+@pytest.mark.parametrize("coupling", [0.0, 1.0])
+def test_a_stiff_mode_driven_by_a_slow_one_relaxes_in_the_slow_time(coupling):
+  """Heavy-ball SGD on R = q_s s^2 / 2 + q_f (f - c s)^2 / 2 from s = 1, f = 0: uncoupled
+  (c = 0) f stays at its optimum; coupled, f's gap closes in the slow mode's time
+  (driven_time), tens of times its own, and a fit of y_inf + a exp(-t / tau) to f's series finds
+  it within 15% (trajectory.relaxation_time from the start, f's fast rise included, as the
+  reports measure A - C)."""
+  eta, momentum, q_slow, q_fast = 1e-3, 0.9, 0.5, 5.0
+  hessian = np.array([[q_slow + q_fast * coupling ** 2, -q_fast * coupling],
+                      [-q_fast * coupling, q_fast]])
+  x, velocity, path = np.array([1.0, 0.0]), np.zeros(2), []
+  for _ in range(4000):
+    velocity = momentum * velocity + hessian @ x
+    x = x - eta * velocity
+    path.append(x[1])
+  slowest = relaxation.relaxation_time(np.linalg.eigvalsh(hessian)[0], eta, momentum)
+  own = relaxation.relaxation_time(q_fast, eta, momentum)
+  if coupling == 0.0:
+    assert np.max(np.abs(path)) == 0.0
+    return
+  predicted = relaxation.driven_time(own, slowest)
+  assert predicted == slowest and predicted > 20 * own
+  steps = np.arange(1, len(path) + 1, 10.0)
+  fit = trajectory.relaxation_time(steps, np.asarray(path)[::10])
+  assert fit["resolved"] and fit["tau"] == pytest.approx(predicted, rel=0.15)
