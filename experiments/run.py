@@ -19,7 +19,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments.configs import regimes
+from experiments.configs import arguments, regimes
 from inverse_depth import checkpoint, config as config_lib, experiment, hosts
 from inverse_depth.report import run_report
 
@@ -80,15 +80,5 @@ def main(argv):
   print(f"Report: {_WORKDIR.value}/report.md")
 
 
-def _parse_flags(argv: list[str]):
-  """absl's flag parsing, after mapping the flat config flags of before the groups (in
-  sys.argv too: the config flag reads its overrides from there)."""
-  argv, messages = config_lib.map_flat_flags(argv)
-  for message in messages:
-    print(message, file=sys.stderr)
-  sys.argv = argv
-  return app.parse_flags_with_usage(argv)
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=arguments.parse_flags)

@@ -17,7 +17,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from inverse_depth import config as config_lib, upgrade
+from experiments.configs import arguments
+from inverse_depth import upgrade
 from inverse_depth.files import write_json_atomic
 from inverse_depth.workdir import CONFIG_FILE, RESULTS_FILE
 
@@ -44,15 +45,5 @@ def main(argv):
   print(f"{path}: schema version {results['schema_version']}")
 
 
-def _parse_flags(argv: list[str]):
-  """absl's flag parsing, after mapping the flat config flags of before the groups (in
-  sys.argv too: the config flag reads its overrides from there)."""
-  argv, messages = config_lib.map_flat_flags(argv)
-  for message in messages:
-    print(message, file=sys.stderr)
-  sys.argv = argv
-  return app.parse_flags_with_usage(argv)
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=arguments.parse_flags)

@@ -10,8 +10,12 @@ runs record) mean the same. Every config file's `get_config(argument=None)` star
 `parse(argument, KEY=(default, allowed), ...)`.
 """
 
-import ml_collections
+import sys
 
+import ml_collections
+from absl import app
+
+from inverse_depth import config as config_lib
 from inverse_depth.config import ConfigError
 
 
@@ -42,3 +46,14 @@ def parse(argument: str | None, **keys: tuple[str, tuple[str, ...]]) -> ml_colle
     values[key] = value
     given.add(key)
   return ml_collections.ConfigDict(values)
+
+
+def parse_flags(argv: list[str]):
+  """absl's flag parsing (an entrypoint's `app.run(main, flags_parser=parse_flags)`), after
+  mapping the flat config flags of before the groups (config.map_flat_flags) with a message
+  each, in sys.argv too: the config flag reads its overrides from there."""
+  argv, messages = config_lib.map_flat_flags(argv)
+  for message in messages:
+    print(message, file=sys.stderr)
+  sys.argv = argv
+  return app.parse_flags_with_usage(argv)

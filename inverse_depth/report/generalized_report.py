@@ -110,8 +110,7 @@ def m_summary(all_results: dict[str, dict]) -> list[str]:
     found = records.context_weights(results)
     if found is None:
       continue
-    start = records.kind_config(results["config"], "context_updates").get(
-        "context_update_m_init", 0.0)
+    start = records.kind_config(results["config"], "context_updates")["context_update_m_init"]
     text = f"- {name} (top-{found['k']}, m starts at {start:g}): m = " + ", ".join(
         f"{m:+.2f} (L={d})" for d, m in found["m"].items())
     if found["m_effective"] is not None:

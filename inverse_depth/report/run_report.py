@@ -140,7 +140,7 @@ def _training_header(config: dict, kind: str) -> str:
           f"{list(own['depths'])}, {own['num_seeds']} seeds, {own['max_steps']} steps at batch "
           f"{own['batch_size']}, {own['optimizer']} lr {own['learning_rate']:g} "
           f"({own['schedule']} schedule), qk init {own['qk_init']} (scale "
-          f"{own['qk_init_scale']:g}), value init {own.get('value_init', 'random')}, eval set "
+          f"{own['qk_init_scale']:g}), value init {own['value_init']}, eval set "
           f"{own['eval_size']} contexts")
 
 
