@@ -148,12 +148,12 @@ FIELDS: dict[str, tuple[Callable, str]] = {
                "the name of the regime the config applied (experiments/configs/regimes.py)"),
     "model_overrides": (lambda v: isinstance(v, (dict, ml_collections.ConfigDict))
                         and set(v.keys()) <= set(MODELS),
-                        f"a mapping from model kinds ({', '.join(MODELS)}) to field values"),
+                        f"a mapping from model kinds ({', '.join(MODELS)}) to groups of "
+                        "field values"),
     "seed": (_is_int, "an integer"),
     "checkpoint_every": _int_at_least(1),
     "checkpoints_to_keep": _int_at_least(1),
 }
-
 
 
 @dataclasses.dataclass(frozen=True)
