@@ -1,4 +1,6 @@
-"""The one way a config file takes its argument, `--config=FILE.py:ARGUMENT`.
+"""The one way a config file takes its argument, `--config=FILE.py:ARGUMENT`, and the
+entrypoints' flag parsing (`parse_flags`, which maps a flat config flag of before the groups
+to its group).
 
 After big_vision's convention: ARGUMENT is comma-separated `key=value` pairs, e.g.
 
