@@ -32,6 +32,7 @@ from absl import app, flags
 
 from inverse_depth import config as config_lib, experiment, relaxation, trajectory
 from inverse_depth.files import write_json_atomic
+from inverse_depth.report.markdown import row, table
 
 flags.DEFINE_string("workdir", None, "a finished constant-rate run with its checkpoints (none: "
                     "rewrite --out's relaxation.md from its relaxation.json)")
@@ -124,12 +125,11 @@ def write_markdown(out_dir: str) -> str:
     tau = record["predicted"]
     temperature, disagreement = record["measured_temperature"], record["measured_disagreement"]
     driven = relaxation.driven_time(tau["disagreement"], tau["temperature"])
-    cells = [record["depth"], _tau(temperature), f"{tau['temperature']:.0f}",
-             _ratio(temperature, tau["temperature"]), _tau(disagreement),
-             f"{tau['disagreement']:.0f}", _ratio(disagreement, tau["disagreement"]),
-             f"{driven:.0f}" if np.isfinite(driven) else "-", _ratio(disagreement, driven),
-             f"{tau['drift']:.0f}", _ratio(disagreement, tau["drift"])]
-    rows.append("| " + " | ".join(map(str, cells)) + " |")
+    rows.append(row(record["depth"], _tau(temperature), f"{tau['temperature']:.0f}",
+                    _ratio(temperature, tau["temperature"]), _tau(disagreement),
+                    f"{tau['disagreement']:.0f}", _ratio(disagreement, tau["disagreement"]),
+                    f"{driven:.0f}" if np.isfinite(driven) else "-", _ratio(disagreement, driven),
+                    f"{tau['drift']:.0f}", _ratio(disagreement, tau["drift"])))
   constant, spread = _slowest_per_depth(found["depths"])
   lines = [
       f"# Relaxation times of {os.path.basename(found['workdir'].rstrip('/'))}", "",
@@ -143,9 +143,9 @@ def write_markdown(out_dir: str) -> str:
       "(relaxation.driven_time: the slower of the disagreement's and the temperature's "
       "predicted times). Ratios are measured / predicted; a prediction agrees within "
       f"{AGREEMENT_FACTOR:g}x.", "",
-      "| L | tau temperature | predicted | ratio | tau A - C | predicted (disagreement) | ratio "
-      "| predicted (driven by the common mode) | ratio | predicted (drift) | ratio to tau A - C |",
-      "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+      *table("L", "tau temperature", "predicted", "ratio", "tau A - C",
+             "predicted (disagreement)", "ratio", "predicted (driven by the common mode)",
+             "ratio", "predicted (drift)", "ratio to tau A - C"), *rows, "",
       f"The slowest mode, A - C, measured where resolved at L >= 4: tau / L = {constant:.0f} "
       f"steps (depths depart from it by up to {spread:.2f}x); three such times (5% of a gap "
       "left) then take " + ", ".join(
