@@ -12,7 +12,7 @@ seed means of:
 - predicted (inverse_depth.relaxation): (1 - beta) / (eta q) with q the curvature at the final
   parameters along the temperature direction, along the disagreement direction, and along the
   drift, the change of W_q, W_k between the mean parameters of two windows of checkpoints (the
-  first `window` evaluations from the middle of the run, the last `window`): the direction in
+  first `window` checkpoints from the middle of the run, the last `window`): the direction in
   which the model was still moving.
 
 and A - C driven by the common mode (relaxation.driven_time). Writes OUT/relaxation.json and
@@ -38,7 +38,7 @@ flags.DEFINE_string("workdir", None, "a finished constant-rate run with its chec
                     "rewrite --out's relaxation.md from its relaxation.json)")
 flags.DEFINE_string("out", None, "where relaxation.md and .json go (default: the workdir)")
 flags.DEFINE_integer("contexts", 2048, "contexts of the fixed batch the curvature is taken on")
-flags.DEFINE_integer("window", 8, "evaluations averaged at each end of the drift direction")
+flags.DEFINE_integer("window", 8, "checkpoints averaged at each end of the drift direction")
 FLAGS = flags.FLAGS
 
 CURVATURE_STREAM = 7  # fold_in index of the contexts the curvature is measured on
@@ -65,7 +65,7 @@ def curvature_times(workdir: str, num_contexts: int, window: int) -> dict:
     spec = config_lib.grid_specs(config_lib.from_saved(json.load(f)))[0]
   trainer = experiment.grid_trainer(spec)
   like = trainer.init_state()
-  every, last = spec.train.eval_every, spec.train.max_steps
+  every, last = spec.checkpoint.checkpoint_every, spec.train.max_steps
   middle = (last // 2) // every * every
   final = _mean_params(spec, trainer, like, workdir, [last])
   start = _mean_params(spec, trainer, like, workdir, range(middle, middle + window * every, every))
@@ -138,7 +138,7 @@ def write_markdown(out_dir: str) -> str:
       "y_inf + a exp(-t / tau) fitted to the seed-mean series from the start; predicted: "
       "(1 - beta) / (eta q), q the curvature at the final parameters along the temperature, "
       f"disagreement and drift directions ({found['contexts']} contexts; drift: mean W_q, W_k "
-      f"of {found['window']} evaluations from step {found['drift_window'][0]} minus those of "
+      f"of {found['window']} checkpoints from step {found['drift_window'][0]} minus those of "
       f"the last {found['window']}). Driven: A - C following the common mode "
       "(relaxation.driven_time: the slower of the disagreement's and the temperature's "
       "predicted times). Ratios are measured / predicted; a prediction agrees within "

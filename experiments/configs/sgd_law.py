@@ -26,11 +26,15 @@ budget per depth of 500 L steps, about 2.4 relaxation times of the slowest mode 
 (87 and 110 min run side by side on 2 cores); experiments.join_runs joins them (committed:
 results/sgd_law_stationary/, with the commands of results/README.md). Every evaluation's
 checkpoint is kept, for experiments.relaxation_report and experiments.sgd_noise.
+The `relaxation` tier trains depths 1, 2 and 4 of the stationary regime for 4000 steps and
+evaluates every 25 steps (checkpoints every 250): relaxation times of 100-1000 steps, which the
+250-step evaluations of `stationary` resolve poorly or not at all (L = 1's temperature, L = 2's
+A - C); about 5 min on 2 cores (committed: results/sgd_law_stationary/relaxation/).
 """
 
 from experiments.configs import arguments, default, regimes
 
-TIERS = ("cpu", "paper", "trajectory", "stationary", "stationary_deep")
+TIERS = ("cpu", "paper", "trajectory", "stationary", "stationary_deep", "relaxation")
 
 
 def get_config(argument: str | None = None):
@@ -62,6 +66,14 @@ def get_config(argument: str | None = None):
     config.train.max_steps = 16000 if tier == "stationary" else 32000
     config.checkpoint.checkpoint_every = config.train.eval_every
     config.checkpoint.checkpoints_to_keep = config.train.max_steps // config.train.eval_every
+  if tier == "relaxation":
+    regimes.apply(config, "sgd_stationary")
+    config.grid.depths = (1, 2, 4)
+    config.train.max_steps = 4000
+    config.train.eval_every = 25
+    config.eval.bound_samples = 0  # the one-layer bound is stationary/'s
+    config.checkpoint.checkpoint_every = 250
+    config.checkpoint.checkpoints_to_keep = config.train.max_steps // 250
   if tier == "paper":
     config.grid.depths = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     config.train.max_steps = 48000
