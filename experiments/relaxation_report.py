@@ -108,10 +108,11 @@ def _ratio(measured: dict, predicted: float) -> str:
 
 def _slowest_per_depth(records: list[dict]) -> tuple[float, float]:
   """A - C's tau / L over the depths >= 4 where it is resolved, and the largest departure
-  (relaxation.per_depth_constant); NaN without any."""
+  (relaxation.per_depth_constant); NaN with fewer than two such depths (one depth does not
+  show a time proportional to L)."""
   slowest = [(r["depth"], r["measured_disagreement"]["tau"]) for r in records
              if r["depth"] >= 4 and r["measured_disagreement"]["resolved"]]
-  return relaxation.per_depth_constant(*zip(*slowest)) if slowest else (np.nan, np.nan)
+  return relaxation.per_depth_constant(*zip(*slowest)) if len(slowest) > 1 else (np.nan, np.nan)
 
 
 def write_markdown(out_dir: str) -> str:
@@ -145,12 +146,17 @@ def write_markdown(out_dir: str) -> str:
       f"{AGREEMENT_FACTOR:g}x.", "",
       *table("L", "tau temperature", "predicted", "ratio", "tau A - C",
              "predicted (disagreement)", "ratio", "predicted (driven by the common mode)",
-             "ratio", "predicted (drift)", "ratio to tau A - C"), *rows, "",
-      f"The slowest mode, A - C, measured where resolved at L >= 4: tau / L = {constant:.0f} "
-      f"steps (depths depart from it by up to {spread:.2f}x); three such times (5% of a gap "
-      "left) then take " + ", ".join(
-          f"{relaxation.steps_to_settle(constant, L):,.0f} steps at L = {L}"
-          for L in (64, 128, 256)) + "."]
+             "ratio", "predicted (drift)", "ratio to tau A - C"), *rows, ""]
+  if np.isfinite(constant):
+    lines.append(
+        f"The slowest mode, A - C, measured where resolved at L >= 4: tau / L = {constant:.0f} "
+        f"steps (depths depart from it by up to {spread:.2f}x); three such times (5% of a gap "
+        "left) then take " + ", ".join(
+            f"{relaxation.steps_to_settle(constant, L):,.0f} steps at L = {L}"
+            for L in (64, 128, 256)) + ".")
+  else:
+    lines.append("Fewer than two depths L >= 4 resolve A - C's time: no time per layer of "
+                 "depth is given.")
   path = os.path.join(out_dir, "relaxation.md")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
