@@ -328,6 +328,7 @@ COMMITTED_RUNS = {
     "sgd_law": ("sgd_law", None), "sgd_law_trajectory": ("sgd_law", "trajectory"),
     "sgd_law_stationary/sources/stationary": ("sgd_law", "stationary"),
     "sgd_law_stationary/sources/stationary_deep": ("sgd_law", "stationary_deep"),
+    "sgd_law_stationary/relaxation": ("sgd_law", "relaxation"),
     "quick": ("quick", None),
     "regimes_compared/quick_adam_constant": ("quick_adam_constant", None),
     "regimes_compared/quick_adam_annealed": ("quick_adam_annealed", None),
