@@ -7,10 +7,9 @@ import os
 import numpy as np
 
 from inverse_depth import analysis, checks, claims, config as config_lib, paper, records, theory
-from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt, run_report
 from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
-                                           spectrum, table)
+                                           spectrum, table, write_lines)
 from inverse_depth.report.run_report import depth_ticks, image, save_report_figure
 from inverse_depth.workdir import read_metrics
 
@@ -479,6 +478,4 @@ def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_
                   table5_section(table1),
                   run_report.selection_section(table1, root)):
     lines += [""] + section
-  path = os.path.join(root, "report.md")
-  write_text_atomic(path, "\n".join(lines + _figures(root, all_results, metrics)) + "\n")
-  return path
+  return write_lines(root, "report.md", lines + _figures(root, all_results, metrics) + [""])

@@ -7,9 +7,8 @@ import os
 import numpy as np
 
 from inverse_depth import sgd_noise
-from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import cell, fit_cells, row, table
+from inverse_depth.report.markdown import cell, fit_cells, row, table, write_lines
 from inverse_depth.report.run_report import image
 
 
@@ -60,10 +59,8 @@ def write_markdown(workdir: str, found: dict | None = None) -> str:
   if found is None:
     with open(os.path.join(workdir, sgd_noise.NOISE_FILE)) as f:
       found = json.load(f)
-  path = os.path.join(workdir, "sgd_noise.md")
-  write_text_atomic(path, "# SGD noise: predicted against fitted coefficients\n\n"
-                    + noise_markdown(found) + "\n")
-  return path
+  return write_lines(workdir, "sgd_noise.md", [
+      "# SGD noise: predicted against fitted coefficients", "", noise_markdown(found), ""])
 
 
 def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
@@ -97,6 +94,4 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   if ax.get_legend_handles_labels()[0]:  # no resolved fit: nothing to label
     ax.legend(fontsize=7)
   lines += ["", image("R_L - L0", fig, out_dir, "sweep"), ""]
-  path = os.path.join(out_dir, "sweep.md")
-  write_text_atomic(path, "\n".join(lines))
-  return path
+  return write_lines(out_dir, "sweep.md", lines)

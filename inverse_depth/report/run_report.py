@@ -6,11 +6,11 @@ import os
 import numpy as np
 
 from inverse_depth import analysis, checks, config as config_lib, paper, records
-from inverse_depth.files import atomic_path, write_text_atomic
+from inverse_depth.files import atomic_path
 from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
 from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
-                                           table)
+                                           table, write_lines)
 
 WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
 
@@ -352,6 +352,4 @@ def write_report(workdir: str) -> str:
   lines += ["", "## Figures", "",
             image("depth scaling", plot_depth_scaling(results), workdir, "depth_scaling"), "",
             image("decomposition", plot_decomposition(results), workdir, "decomposition"), ""]
-  path = os.path.join(workdir, "report.md")
-  write_text_atomic(path, "\n".join(lines))
-  return path
+  return write_lines(workdir, "report.md", lines)
