@@ -66,11 +66,10 @@ def table1_section(results: dict) -> list[str]:
     lines.append(row(*cells))
   return lines + [
       "", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a depth "
-      "law, else the deepest clean loss (shown; only a fitted L0 is checked against the "
-      "paper's). Linear floor: the deepest clean loss (the plateau; its fit has no depth "
-      "dependence to resolve), averaged exactly over beta where the run recorded it (Table 3). "
-      "Theory columns: `theory.softmax_bound` and `theory.linear_floor` on the run's own "
-      "contexts."]
+      "law, else the deepest clean loss (shown; only a fitted L0 is checked against the paper's). "
+      "Linear floor: the deepest clean loss (the plateau; its fit has no depth dependence to "
+      "resolve), averaged exactly over beta where the run recorded it (Table 3). Theory columns: "
+      "`theory.softmax_bound` and `theory.linear_floor` on the run's own contexts."]
 
 
 @_of_run("table2", "## Table 2: linear model, easy task: R_L = c L^-alpha")
@@ -121,19 +120,18 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
                      percent(trained, bound["context_floor"]),
                      cell(quoted.get("theory")), cell(quoted.get("trained"))))
   return lines + [
-      "", "Trained: the loss of the deepest clean model averaged exactly over the task vector "
-      "beta on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = (U w - t)^T "
-      "Omega (U w - t) with w = d y_hat / d y (the model is linear in the labels), the quantity "
-      "the theory integrates; beside it the held-out MSE on the whole evaluation set, one beta "
-      "per context, whose chi-square noise over beta makes it several times noisier per "
-      "context. Theory: the paper's floor takes the population covariance, Phi = [Sigma q, ..., "
-      "Sigma^L q]. A trained model applies its polynomial to the context's own covariance S = "
-      "(1/P) sum_i x_i x_i^T, whose powers S^r q lean towards the inputs most aligned with q, "
-      "the ones the target averages: the floor at this P (`context_floor` of "
-      "`theory.linear_floor`, same contexts) is the lowest loss such a model can reach at the "
-      "trained P, and the two differ most when k/P is large and the spectrum flat. "
-      "results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and 8192; its "
-      "README gives both floors and the trained loss at each P."]
+      "", "Trained: the loss of the deepest clean model averaged exactly over the task vector beta "
+      "on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = (U w - t)^T Omega (U "
+      "w - t) with w = d y_hat / d y (the model is linear in the labels), the quantity the theory "
+      "integrates; beside it the held-out MSE on the whole evaluation set, one beta per context, "
+      "whose chi-square noise over beta makes it several times noisier per context. Theory: the "
+      "paper's floor takes the population covariance, Phi = [Sigma q, ..., Sigma^L q]. A trained "
+      "model applies its polynomial to the context's own covariance S = (1/P) sum_i x_i x_i^T, "
+      "whose powers S^r q lean towards the inputs most aligned with q, the ones the target "
+      "averages: the floor at this P (`context_floor` of `theory.linear_floor`, same contexts) is "
+      "the lowest loss such a model can reach at the trained P, and the two differ most when k/P "
+      "is large and the spectrum flat. results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P "
+      "= 2048, 4096 and 8192; its README gives both floors and the trained loss at each P."]
 
 
 def table4_lines(table_results: list[dict | None]) -> list[str]:
@@ -246,8 +244,7 @@ def _run_line(name: str, results: dict) -> str:
   steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
            if len(set(steps_by_depth.values())) > 1 else f"{config['max_steps']} steps")
   norm = ", |W_x| held at its initial norm" if config["fixed_input_norm"] else ""
-  joined = (f" in {len(results['joined_from'])} runs joined" if results.get("joined_from")
-            else "")
+  joined = f" in {len(results['joined_from'])} runs joined" if "joined_from" in results else ""
   return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps_by_depth))}, "
           f"{config['num_seeds']} seed(s), {steps}{norm}, R, A and C averaged over the last "
           f"{config['stationary_evals']} evaluations; {sum(analysis.is_clean(r) for r in runs)} "
@@ -367,8 +364,7 @@ def plot_modewise(panels: list[tuple[str, list[dict]]]):
       continue
     num_modes = normalised_LD.shape[1]
     modes = sorted({0, 1, 3, 7, 15, 31, 63, num_modes - 1} & set(range(num_modes)))
-    colours = plt.cm.viridis(np.linspace(0, 1, len(modes)))
-    for colour, j in zip(colours, modes):
+    for colour, j in zip(plt.cm.viridis(np.linspace(0, 1, len(modes))), modes):
       ax.plot(depths, normalised_LD[:, j], "o-", ms=3, color=colour, label=f"mode {j + 1}")
     ax.set(xscale="log", xlabel="depth L", ylabel="mode loss / zero-predictor mode loss",
            title=title)

@@ -16,11 +16,10 @@ def noise_markdown(found: dict) -> str:
   """The predictions beside the measurements, one table per rate (from sgd_noise.json)."""
   lines = [f"Gradient noise of the one-layer models over steps {found['steps'][0]}.."
            f"{found['steps'][-1]} of `{found['workdir']}`, on {found['contexts']} contexts. "
-           "Predicted excess = eta_eff tr(Sigma) / (4 B) (theory.sgd_stationary_excess): the "
-           "layer weights' trace predicts c, the shared weights' predicts L0 minus the best "
-           "single cosine layer (theory.softmax_bound, Monte Carlo: its error is in the "
-           "measured excesses). Errors are over seeds (prediction) and from the fit "
-           "(measurement)."]
+           "Predicted excess = eta_eff tr(Sigma) / (4 B) (theory.sgd_stationary_excess): the layer "
+           "weights' trace predicts c, the shared weights' predicts L0 minus the best single "
+           "cosine layer (theory.softmax_bound, Monte Carlo: its error is in the measured "
+           "excesses). Errors are over seeds (prediction) and from the fit (measurement)."]
   for entry in found["rates"]:
     lines += ["", f"**rate {entry['learning_rate']:g}, batch {entry['batch_size']}** "
               f"(eta_eff / B = {entry['eta_eff_over_B']:.3g}; tr Sigma: layer weights "
@@ -83,8 +82,7 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
                      if np.isfinite(setting["predicted_c"]) else "-",
                      cell(setting["c_ratio"], ".2f")))
     if fit["resolved"]:
-      depths, losses = np.asarray(fit["depths"]), np.asarray(fit["losses"])
-      excess = losses - fit["L0"]
+      depths, excess = np.asarray(fit["depths"]), np.asarray(fit["losses"]) - fit["L0"]
       shown = excess > 0
       ax.plot(depths[shown], excess[shown], "o", color=f"C{i}",
               label=f"B {setting['batch_size']}, rate {setting['learning_rate']:g}")

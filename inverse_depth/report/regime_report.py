@@ -18,10 +18,9 @@ PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
 def _regime_text(config: dict) -> str:
   """How a run trains, in words."""
   config = config_lib.flat(config)
-  rate = config["learning_rate"]
   window = config["stationary_evals"]
-  return (f"{config['optimizer']} {config['schedule']} {rate:g}, qk {config['qk_init']} "
-          f"{config['qk_init_scale']:g}, {config['max_steps']} steps"
+  return (f"{config['optimizer']} {config['schedule']} {config['learning_rate']:g}, qk "
+          f"{config['qk_init']} {config['qk_init_scale']:g}, {config['max_steps']} steps"
           + (f", mean of the last {window} evaluations" if window > 1 else ", final iterate"))
 
 

@@ -131,25 +131,21 @@ def check_lines(found: list[checks.Check]) -> list[str]:
           + ["", checks.tolerances_line()])
 
 
-def _training_header(config: dict, kind: str) -> str:
-  """Sizes and training of one model kind, with its `model_overrides` applied."""
-  own = records.kind_config(config, kind)
-  sizes = own["sizes"][kind]
-  return (f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
-          f"{list(own['depths'])}, {own['num_seeds']} seeds, {own['max_steps']} steps at batch "
-          f"{own['batch_size']}, {own['optimizer']} lr {own['learning_rate']:g} "
-          f"({own['schedule']} schedule), qk init {own['qk_init']} (scale "
-          f"{own['qk_init_scale']:g}), value init {own['value_init']}, eval set "
-          f"{own['eval_size']} contexts")
-
-
 def _header(results: dict) -> list[str]:
-  """The report's title, training, provenance and, for a join, its sources."""
-  kinds = sorted({analysis.model_kind(f["model"]) for f in results["fits"]})
-  lines = ["# inverse-depth report", "",
-           "; ".join(_training_header(results["config"], kind) for kind in kinds)
-           + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "
-           f"{results['backend']} device(s).", ""]
+  """The report's title, the sizes and training of each model kind (its `model_overrides`
+  applied), provenance and, for a join, its sources."""
+  training = []
+  for kind in sorted({analysis.model_kind(f["model"]) for f in results["fits"]}):
+    own = records.kind_config(results["config"], kind)
+    sizes = own["sizes"][kind]
+    training.append(
+        f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths {list(own['depths'])}, "
+        f"{own['num_seeds']} seeds, {own['max_steps']} steps at batch {own['batch_size']}, "
+        f"{own['optimizer']} lr {own['learning_rate']:g} ({own['schedule']} schedule), qk init "
+        f"{own['qk_init']} (scale {own['qk_init_scale']:g}), value init {own['value_init']}, "
+        f"eval set {own['eval_size']} contexts")
+  lines = ["# inverse-depth report", "", "; ".join(training) + f"; {results['wall_time_s']:.0f} "
+           f"s on {results['num_devices']} {results['backend']} device(s).", ""]
   provenance = results.get("provenance")
   if provenance:  # null for runs made before it was recorded; a join has none
     commit = (provenance["commit"] or "unknown")[:7]
