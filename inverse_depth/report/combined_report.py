@@ -55,8 +55,7 @@ def table1_section(results: dict) -> list[str]:
         continue
       value, how = (records.floor_of(fit) if model == "softmax"
                     else records.linear_floor_of(results, fit))
-      target = paper.table1_floor(model, "topk", 2, *key)
-      bound = fit.get("bound") or {}
+      target, bound = paper.table1_floor(model, "topk", 2, *key), fit.get("bound") or {}
       cells += [f"{value:.4g} ({how})", cell(target), percent(value, target)]
       if model == "softmax":
         cells += [pm(bound, key) if bound else "-" for key in ("single", "mixture")]
@@ -263,8 +262,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
     rows = []
     for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
-      bound = fit.get("bound") or {}
-      depth, loss = records.deepest(fit)
+      bound, (depth, loss) = fit.get("bound") or {}, records.deepest(fit)
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
       rows.append(row(spectrum(fit), fit_cells(decided, None, (".2f", ".2g")), cell(target),

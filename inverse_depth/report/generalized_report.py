@@ -135,10 +135,9 @@ def looped_summary(all_results: dict[str, dict]) -> list[str]:
   by_depth = [records.loss_and_parameters(results, fit) for _, results, fit in grids]
   lines = table("depth", *(column for label, _, _ in grids
                            for column in (f"{label}: R_L", "parameters")))
-  for depth in sorted(set().union(*by_depth)):
-    lines.append(row(depth, *(f"{grid[depth][0]:.4g} | {grid[depth][1]}" if depth in grid
-                              else "nan | -" for grid in by_depth)))
-  return lines
+  return lines + [row(depth, *(f"{grid[depth][0]:.4g} | {grid[depth][1]}" if depth in grid
+                               else "nan | -" for grid in by_depth))
+                  for depth in sorted(set().union(*by_depth))]
 
 
 def plot_context_updates(all_results: dict[str, dict]):
