@@ -6,12 +6,10 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, claims, config as config_lib, paper, records, theory
-from inverse_depth import checks as checks_lib
-from inverse_depth.files import write_text_atomic
+from inverse_depth import analysis, checks, claims, config as config_lib, paper, records, theory
 from inverse_depth.report import plt, run_report
 from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
-                                           spectrum, table)
+                                           spectrum, table, write_lines)
 from inverse_depth.report.run_report import depth_ticks, image, save_report_figure
 from inverse_depth.workdir import read_metrics
 
@@ -32,24 +30,20 @@ SGD_TABLES_ROOT = claims.SGD_TABLES
 SGD_TABLE_RUNS = ("table1", "table4", "table4_top16")
 
 
-def _not_run(title: str, results: dict | None, name: str) -> list[str]:
-  """A section's title lines, with 'Not run' where its results are missing."""
-  return [title, ""] + (["Not run (no results.json for " + name + ")."] if results is None else [])
+def _of_run(name: str, title: str):
+  """Renders a section of run `name`'s results under `title`, 'Not run' without them."""
+  def titled(render):
+    return lambda results, *more: [title, ""] + (
+        render(results, *more) if results else [f"Not run (no results.json for {name})."])
+  return titled
 
 
-def _fit_cells(fit: dict) -> str:
-  """'L0 +- se | alpha +- se | R^2' of a fit, or its verdict."""
-  return fit_cells(fit, c_spec=None, alpha_spec=(".2f", ".2g"))
-
-
-def table1_section(results: dict | None) -> list[str]:
+@_of_run("table1", "## Table 1: floors on the difficult task (top-2)")
+def table1_section(results: dict) -> list[str]:
   """Table 1: per spectrum, the softmax and linear floors beside the paper's and theory's."""
-  lines = _not_run("## Table 1: floors on the difficult task (top-2)", results, "table1")
-  if results is None:
-    return lines
-  lines += table("(a, b)", "softmax floor", "paper", "diff", "best single cosine layer",
-                 "best mixture", "linear floor", "paper", "diff", "theory T - h^T G^+ h",
-                 "linear floor vs its L = 2 loss (same measure)")
+  lines = table("(a, b)", "softmax floor", "paper", "diff", "best single cosine layer",
+                "best mixture", "linear floor", "paper", "diff", "theory T - h^T G^+ h",
+                "linear floor vs its L = 2 loss (same measure)")
   fits = {model: {(f["a"], f["b"]): f for f in records.fits_of(results, model)}
           for model in ("softmax", "linear")}
   for key in sorted(set(fits["softmax"]) | set(fits["linear"])):
@@ -61,32 +55,28 @@ def table1_section(results: dict | None) -> list[str]:
         continue
       value, how = (records.floor_of(fit) if model == "softmax"
                     else records.linear_floor_of(results, fit))
-      target = paper.table1_floor(model, "topk", 2, *key)
-      bound = fit.get("bound") or {}
+      target, bound = paper.table1_floor(model, "topk", 2, *key), fit.get("bound") or {}
       cells += [f"{value:.4g} ({how})", cell(target), percent(value, target)]
       if model == "softmax":
         cells += [pm(bound, key) if bound else "-" for key in ("single", "mixture")]
       else:
-        flat, _ = checks_lib.linear_depth_change(fit, records.runs_of(results, fit))
+        flat, _ = checks.linear_depth_change(fit, records.runs_of(results, fit))
         cells += [pm(bound, "floor") if bound else "-", f"{100 * flat:+.2f}%"]
     lines.append(row(*cells))
   return lines + [
       "", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a depth "
-      "law, else the deepest clean loss (shown; only a fitted L0 is checked against the "
-      "paper's). Linear floor: the deepest clean loss (the plateau; its fit has no depth "
-      "dependence to resolve), averaged exactly over beta where the run recorded it (Table 3). "
-      "Theory columns: `theory.softmax_bound` and `theory.linear_floor` on the run's own "
-      "contexts."]
+      "law, else the deepest clean loss (shown; only a fitted L0 is checked against the paper's). "
+      "Linear floor: the deepest clean loss (the plateau; its fit has no depth dependence to "
+      "resolve), averaged exactly over beta where the run recorded it (Table 3). Theory columns: "
+      "`theory.softmax_bound` and `theory.linear_floor` on the run's own contexts."]
 
 
-def table2_section(results: dict | None) -> list[str]:
+@_of_run("table2", "## Table 2: linear model, easy task: R_L = c L^-alpha")
+def table2_section(results: dict) -> list[str]:
   """Table 2: fitted exponents beside zeta, 2 zeta and theory's slopes on the same depths."""
-  lines = _not_run("## Table 2: linear model, easy task: R_L = c L^-alpha", results, "table2")
-  if results is None:
-    return lines
-  lines += table("(a, b)", "zeta", "alpha (ours)", "R^2", "2 zeta", "paper alpha", "diff",
-                 "between zeta and 2 zeta?", "slope of L unit steps, same depths",
-                 "slope of the best polynomial, same depths", "losses by depth")
+  lines = table("(a, b)", "zeta", "alpha (ours)", "R^2", "2 zeta", "paper alpha", "diff",
+                "between zeta and 2 zeta?", "slope of L unit steps, same depths",
+                "slope of the best polynomial, same depths", "losses by depth")
   d = results["runs"][0]["d"] if results["runs"] else None
   for fit in records.fits_of(results, "linear"):
     z = theory.zeta(fit["a"], fit["b"])
@@ -95,7 +85,7 @@ def table2_section(results: dict | None) -> list[str]:
     repeated, best = theory.depth_slopes(d, fit["a"], fit["b"], fit["depths"])
     lines.append(row(spectrum(fit), f"{z:.3g}", f"{alpha:.3f} +- {fit['alpha_se']:.2g}",
                      f"{fit['r2']:.4f}", f"{2 * z:.3g}", cell(target), percent(alpha, target),
-                     "yes" if checks_lib.table2_exponent_band(fit).passed else "no",
+                     "yes" if checks.table2_exponent_band(fit).passed else "no",
                      f"{repeated:.2f}", f"{best:.2f}", series(fit["depths"], fit["losses"], ".3g")))
   return lines + [
       "", f"zeta and 2 zeta bound the exponent as L and d grow. On the run's own depths and d = "
@@ -114,11 +104,8 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
   lines += table("k", "(a, b)", "theory T - h^T G^+ h",
                  "trained: loss averaged over beta (deepest L)", "diff", "trained: held-out MSE",
                  "floor at this P (S^r q)", "diff", "paper theory", "paper trained")
-  for fit, runs in linear_grids:
-    bound = fit.get("bound")
-    if not bound:
-      continue
-    depth, held_out = records.deepest(fit)
+  for fit, runs in ((fit, runs) for fit, runs in linear_grids if fit.get("bound")):
+    bound, (depth, held_out) = fit["bound"], records.deepest(fit)
     trained, trained_se, measure = analysis.plateau_loss(runs, fit, depth)
     held_out_se = float(np.mean([r["eval_loss_se"] for r in analysis.clean_runs(runs)
                                  if r["depth"] == depth] or [np.nan]))
@@ -132,19 +119,18 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
                      percent(trained, bound["context_floor"]),
                      cell(quoted.get("theory")), cell(quoted.get("trained"))))
   return lines + [
-      "", "Trained: the loss of the deepest clean model averaged exactly over the task vector "
-      "beta on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = (U w - t)^T "
-      "Omega (U w - t) with w = d y_hat / d y (the model is linear in the labels), the quantity "
-      "the theory integrates; beside it the held-out MSE on the whole evaluation set, one beta "
-      "per context, whose chi-square noise over beta makes it several times noisier per "
-      "context. Theory: the paper's floor takes the population covariance, Phi = [Sigma q, ..., "
-      "Sigma^L q]. A trained model applies its polynomial to the context's own covariance S = "
-      "(1/P) sum_i x_i x_i^T, whose powers S^r q lean towards the inputs most aligned with q, "
-      "the ones the target averages: the floor at this P (`context_floor` of "
-      "`theory.linear_floor`, same contexts) is the lowest loss such a model can reach at the "
-      "trained P, and the two differ most when k/P is large and the spectrum flat. "
-      "results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and 8192; its "
-      "README gives both floors and the trained loss at each P."]
+      "", "Trained: the loss of the deepest clean model averaged exactly over the task vector beta "
+      "on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = (U w - t)^T Omega (U "
+      "w - t) with w = d y_hat / d y (the model is linear in the labels), the quantity the theory "
+      "integrates; beside it the held-out MSE on the whole evaluation set, one beta per context, "
+      "whose chi-square noise over beta makes it several times noisier per context. Theory: the "
+      "paper's floor takes the population covariance, Phi = [Sigma q, ..., Sigma^L q]. A trained "
+      "model applies its polynomial to the context's own covariance S = (1/P) sum_i x_i x_i^T, "
+      "whose powers S^r q lean towards the inputs most aligned with q, the ones the target "
+      "averages: the floor at this P (`context_floor` of `theory.linear_floor`, same contexts) is "
+      "the lowest loss such a model can reach at the trained P, and the two differ most when k/P "
+      "is large and the spectrum flat. results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P "
+      "= 2048, 4096 and 8192; its README gives both floors and the trained loss at each P."]
 
 
 def table4_lines(table_results: list[dict | None]) -> list[str]:
@@ -158,21 +144,19 @@ def table4_lines(table_results: list[dict | None]) -> list[str]:
   for fit, runs in grids:
     decided = claims.decided_fit(fit, runs)
     target = paper.TABLE4_ALPHA.get((fit["k"], fit["a"], fit["b"]))
-    distance = (f"{checks_lib.exponent_distance(decided, target):+.1f}"
+    distance = (f"{checks.exponent_distance(decided, target):+.1f}"
                 if decided["resolved"] and target else "-")
     bound = fit.get("bound") or {}
-    lines.append(row(fit["k"], spectrum(fit), _fit_cells(decided), cell(target), distance,
-                     series(fit["depths"], fit["losses"], ".4g"),
-                     *(f"{bound[key]:.4g}" if bound.get(key) else "-"
-                       for key in ("single", "mixture"))))
+    lines.append(row(fit["k"], spectrum(fit), fit_cells(decided, None, (".2f", ".2g")),
+                     cell(target), distance, series(fit["depths"], fit["losses"], ".4g"),
+                     cell(bound.get("single"), ".4g"), cell(bound.get("mixture"), ".4g")))
   return lines
 
 
 def table4_section(table_results: list[dict | None]) -> list[str]:
   """Table 4 of `make reproduce` (top-2 and top-16 runs) and the regime they trained in."""
   lines = ["## Table 4: softmax depth exponents", ""] + table4_lines(table_results)
-  config = next((config_lib.flat(results["config"]) for results in table_results if results),
-                None)
+  config = next((config_lib.flat(r["config"]) for r in table_results if r), None)
   if config is None:
     return lines
   return lines + ["", (
@@ -189,8 +173,8 @@ def table5_lines(results: dict | None) -> list[str]:
                 "local slopes", "gap alpha from the best single cosine layer", "C_L by depth",
                 "C_L, last doubling", "A_L - C_L by depth", "A_L - C_L, last doubling")
   for fit in records.fits_of(results, "softmax"):
-    gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))
-    gap_cells = (f"{gap['alpha']:.2f} +- {gap['alpha_se']:.2g} | {gap['r2']:.3f} | "
+    gap = checks.gap_fit(fit, records.runs_of(results, fit))
+    gap_cells = (f"{pm(gap, 'alpha', '.2f')} | {gap['r2']:.3f} | "
                  + ", ".join(f"{L:g}" for L in gap["depths"]) + " | "
                  + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
                  + (" (a power law)" if gap["power_law"] else " (not a power law)")
@@ -198,31 +182,26 @@ def table5_lines(results: dict | None) -> list[str]:
     bound = fit.get("bound") or {}
     single = (analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
               if bound.get("single") else None)
-    cells = [spectrum(fit), gap_cells, f"{single['alpha']:.2f} +- {single['alpha_se']:.2g}"
-             if single and np.isfinite(single["alpha"]) else "no fit"]
+    cells = [spectrum(fit), gap_cells,
+             pm(single, "alpha", ".2f") if single and np.isfinite(single["alpha"]) else "no fit"]
     for field in ("shared_error", "disagreement"):
       cells += [", ".join(f"{value:.3f}" for value in fit[field] if np.isfinite(value)),
-                f"{checks_lib.last_doubling_change(fit, field):+.1%}"]
+                f"{checks.last_doubling_change(fit, field):+.1%}"]
     lines.append(row(*cells))
   low, high = paper.TABLE5_ALPHA_RANGE
   return lines + ["", f"Paper: gap alpha {low}-{high} for all seven spectra, C_L and A_L - C_L "
                   "levelling off."]
 
 
-def table5_section(results: dict | None) -> list[str]:
-  """Table 5 of the `make reproduce` Table 1 run (table5_lines)."""
-  lines = _not_run("## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)",
-                   results, "table1")
-  return lines if results is None else lines + table5_lines(results)
+table5_section = _of_run(  # Table 5 of the `make reproduce` Table 1 run
+    "table1", "## Table 5: gap fit L0 - C_L = c L^-alpha (softmax, Table 1 spectra)")(table5_lines)
 
 
-def easy_section(results: dict | None, metrics: list[dict]) -> list[str]:
+@_of_run("easy", "## Easy task (top-1 copy): one softmax layer solves it")
+def easy_section(results: dict, metrics: list[dict]) -> list[str]:
   """The easy task: R_L beside E[y*^2] and the final top-1 attention mass, per model."""
-  lines = _not_run("## Easy task (top-1 copy): one softmax layer solves it", results, "easy")
-  if results is None:
-    return lines
-  lines += table("model", "depth", "R_L (mean over unflagged seeds)", "E[y*^2]",
-                 "final top-1 attention mass")
+  lines = table("model", "depth", "R_L (mean over unflagged seeds)", "E[y*^2]",
+                "final top-1 attention mass")
   last_mass = records.final_selected_mass(metrics)
   for fit in results["fits"]:
     runs = records.runs_of(results, fit)
@@ -252,7 +231,7 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
                 if fit["resolved"] else f"{fit['verdict']} | - | -")
     lines.append(row(name, f"`{workdir}`", f"{min(fit['depths']):g}..{max(fit['depths']):g}",
                      ", ".join(f"{loss:.3f}" for loss in fit["losses"]), fit_text,
-                     *(f"{checks_lib.last_doubling_change(fit, field):+.1%}"
+                     *(f"{checks.last_doubling_change(fit, field):+.1%}"
                        for field in ("shared_error", "disagreement"))))
   return lines
 
@@ -264,8 +243,7 @@ def _run_line(name: str, results: dict) -> str:
   steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
            if len(set(steps_by_depth.values())) > 1 else f"{config['max_steps']} steps")
   norm = ", |W_x| held at its initial norm" if config["fixed_input_norm"] else ""
-  joined = (f" in {len(results['joined_from'])} runs joined" if results.get("joined_from")
-            else "")
+  joined = f" in {len(results['joined_from'])} runs joined" if "joined_from" in results else ""
   return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps_by_depth))}, "
           f"{config['num_seeds']} seed(s), {steps}{norm}, R, A and C averaged over the last "
           f"{config['stationary_evals']} evaluations; {sum(analysis.is_clean(r) for r in runs)} "
@@ -279,17 +257,16 @@ def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
     return lines + [f"Not run (no results under {SGD_TABLES_ROOT})."]
   lines += [f"Committed runs under `{SGD_TABLES_ROOT}/` (one workdir each, with its report.md):",
             ""] + [f"- {_run_line(name, results)}" for name, results in tables.items()]
-  table1 = tables.get("table1")
+  table1, table4 = tables.get("table1"), [tables.get("table4"), tables.get("table4_top16")]
   if table1:
     rows = []
     for fit in records.fits_of(table1, "softmax"):
       target = paper.table1_floor("softmax", fit["task"], fit["k"], fit["a"], fit["b"])
-      bound = fit.get("bound") or {}
-      depth, loss = records.deepest(fit)
+      bound, (depth, loss) = fit.get("bound") or {}, records.deepest(fit)
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
-      rows.append(row(spectrum(fit), _fit_cells(decided), cell(target), percent(L0, target),
-                      pm(bound, "single") if bound else "-",
+      rows.append(row(spectrum(fit), fit_cells(decided, None, (".2f", ".2g")), cell(target),
+                      percent(L0, target), pm(bound, "single") if bound else "-",
                       percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
     lines += section("### Table 1: fitted softmax floors (top-2)", (
         "(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0", "diff",
@@ -297,9 +274,8 @@ def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
         "R_L at the deepest clean depth (shown, not counted)"), rows)
     lines += ["", "### Table 5: gap fit L0 - C_L = c L^-alpha (Table 1 spectra)", ""]
     lines += table5_lines(table1)
-  if tables.get("table4") or tables.get("table4_top16"):
-    lines += ["", "### Table 4: depth exponents", ""]
-    lines += table4_lines([tables.get("table4"), tables.get("table4_top16")])
+  if any(table4):
+    lines += ["", "### Table 4: depth exponents", ""] + table4_lines(table4)
   return lines + [""] + run_report.check_lines(claims.sgd_table_checks(tables))
 
 
@@ -314,14 +290,10 @@ def run_times_sentence(all_results: dict[str, dict], names) -> str:
 def models_line(all_results: dict[str, dict]) -> str:
   """How many models of a set of runs converged, were stationary and are clean."""
   n = records.model_counts([r for results in all_results.values() for r in results["runs"]])
-  return (f"Models: {n['trained']} trained; {n['converged']} converged by the "
-          "stated rule (a decayed or constant rate rarely meets it: docs/regimes.md); "
-          + (f"{n['stationary']} of {n['windowed']} "
-             "stationary over their averaging window; " if n["windowed"] else "")
-          + f"{n['clean']} clean (neither diverged nor flagged).")
-
-
-# --- figures ----------------------------------------------------------------------------------
+  return (f"Models: {n['trained']} trained; {n['converged']} converged by the stated rule (a "
+          "decayed or constant rate rarely meets it: docs/regimes.md); " + (
+              f"{n['stationary']} of {n['windowed']} stationary over their averaging window; "
+              if n["windowed"] else "") + f"{n['clean']} clean (neither diverged nor flagged).")
 
 
 def _colours(fits) -> dict:
@@ -390,8 +362,7 @@ def plot_modewise(panels: list[tuple[str, list[dict]]]):
       continue
     num_modes = normalised_LD.shape[1]
     modes = sorted({0, 1, 3, 7, 15, 31, 63, num_modes - 1} & set(range(num_modes)))
-    colours = plt.cm.viridis(np.linspace(0, 1, len(modes)))
-    for colour, j in zip(colours, modes):
+    for colour, j in zip(plt.cm.viridis(np.linspace(0, 1, len(modes))), modes):
       ax.plot(depths, normalised_LD[:, j], "o-", ms=3, color=colour, label=f"mode {j + 1}")
     ax.set(xscale="log", xlabel="depth L", ylabel="mode loss / zero-predictor mode loss",
            title=title)
@@ -446,24 +417,20 @@ def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]]]
 def _figures(root: str, all_results: dict[str, dict], metrics: dict[str, list[dict]]
              ) -> list[str]:
   """Draws the combined report's figures under ROOT/figures; returns its Figures section."""
-  table1, table2 = all_results.get("table1"), all_results.get("table2")
+  table1 = all_results.get("table1")
   if all_results:
     save_report_figure(plot_overview(all_results), root, "overview")
   lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]
-  modewise = []
   if table1:
-    if records.selection_percentiles(table1):  # selection_section links it only then
-      save_report_figure(run_report.plot_selection(table1), root, "selection_error")
     lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear theory "
               "floor; dotted: best mixture):", "",
               image("table 1", plot_table1(table1), root, "table1_depth"), "",
               image("C_L and A_L - C_L", plot_table1_decomposition(table1), root,
                     "table1_decomposition")]
-    modewise.append(("softmax, top-2, (1, 0)", [
-        r for r in table1["runs"] if r["model"] == "softmax" and (r["a"], r["b"]) == (1.0, 0.0)]))
-  if table2:
-    modewise.append(("linear, top-1, (1, 2)",
-                     [r for r in table2["runs"] if (r["a"], r["b"]) == (1.0, 2.0)]))
+  modewise = [(title, [r for r in all_results[name]["runs"] if (r["model"], r["a"], r["b"]) == key])
+              for title, name, key in (("softmax, top-2, (1, 0)", "table1", ("softmax", 1.0, 0.0)),
+                                       ("linear, top-1, (1, 2)", "table2", ("linear", 1.0, 2.0)))
+              if name in all_results]
   if modewise:
     lines += ["", "Normalised mode-wise loss (sequential for linear, collapsed for softmax in "
               "the paper):", "", image("mode-wise loss", plot_modewise(modewise), root, "modewise")]
@@ -488,7 +455,6 @@ def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_
   regime_lines = regime_section([(name, workdir, regime_results[workdir])
                                  for name, workdir in regimes if workdir in regime_results])
   table1 = all_results.get("table1")
-  table4_runs = [all_results.get("table4"), all_results.get("table4_top16")]
   lines = ["# Reproducing the paper: Tables 1-5", "",
            "Every number below comes from committed runs; the paper's values are references, "
            "never inputs. The first two sections are in the regime where the paper's law "
@@ -502,9 +468,8 @@ def write_combined_report(root: str, regimes=REGIME_RUNS, sgd_tables=SGD_TABLES_
   for section in (table1_section(table1), table2_section(all_results.get("table2")),
                   table3_section(claims.linear_grids(all_results)),
                   easy_section(all_results.get("easy"), metrics.get("easy", [])),
-                  table4_section(table4_runs), table5_section(table1),
-                  run_report.selection_section(table1)):
+                  table4_section([all_results.get("table4"), all_results.get("table4_top16")]),
+                  table5_section(table1),
+                  run_report.selection_section(table1, root)):
     lines += [""] + section
-  path = os.path.join(root, "report.md")
-  write_text_atomic(path, "\n".join(lines + _figures(root, all_results, metrics)) + "\n")
-  return path
+  return write_lines(root, "report.md", lines + _figures(root, all_results, metrics) + [""])

@@ -1,16 +1,12 @@
 """The generalised-models report (paper appendix C and looped layers), ROOT/report.md and
 ROOT/figures/, from the runs under ROOT (RUNS or SGD_RUNS, experiment workdirs) alone. Every
-trend is computed from the numbers; the paper's description stands beside it as text.
-"""
-
-import os
+trend is computed from the numbers; the paper's description stands beside it as text."""
 
 import numpy as np
 
 from inverse_depth import analysis, checks, claims, evaluation, paper, records
-from inverse_depth.files import write_text_atomic
 from inverse_depth.report import combined_report, plt, run_report
-from inverse_depth.report.markdown import pm, row, table
+from inverse_depth.report.markdown import cell, pm, row, table, write_lines
 from inverse_depth.report.run_report import image
 
 # (workdir name, config file, get_config argument) in the order they run.
@@ -85,9 +81,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
                 "flagged models", "our depth trend (clean models)", "the paper", "verdict")
   for name, results in all_results.items():
     for fit in results["fits"]:
-      bound = fit.get("bound") or {}
-      total = len(records.runs_of(results, fit))
-      flagged = len(fit.get("flagged") or [])
+      total, flagged = len(records.runs_of(results, fit)), len(fit.get("flagged") or [])
       change = analysis.last_interval_change(metrics.get(name, []), fit)
       own = records.kind_config(results["config"], fit["model"])
       training = f"{own['max_steps']} steps, batch {own['batch_size']}" + (
@@ -95,7 +89,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
           f"the last {change['steps']} steps (largest single-model fall "
           f"{100 * change['largest_fall']:+.1f}%)")
       lines.append(row(name, fit["model"], f"top-{fit['k']}",
-                       f"{bound['single']:.4g}" if "single" in bound else "-", training,
+                       cell((fit.get("bound") or {}).get("single"), ".4g"), training,
                        f"{flagged} of {total}", trend_sentence(fit),
                        paper.APPENDIX_C_STATEMENTS.get(fit["model"], "-"),
                        checks.trend_against_paper(fit, change and change["mean"], flagged,
@@ -141,20 +135,16 @@ def looped_summary(all_results: dict[str, dict]) -> list[str]:
   by_depth = [records.loss_and_parameters(results, fit) for _, results, fit in grids]
   lines = table("depth", *(column for label, _, _ in grids
                            for column in (f"{label}: R_L", "parameters")))
-  for depth in sorted(set().union(*by_depth)):
-    lines.append(row(depth, *(f"{grid[depth][0]:.4g} | {grid[depth][1]}" if depth in grid
-                              else "nan | -" for grid in by_depth)))
-  return lines
+  return lines + [row(depth, *(f"{grid[depth][0]:.4g} | {grid[depth][1]}" if depth in grid
+                               else "nan | -" for grid in by_depth))
+                  for depth in sorted(set().union(*by_depth))]
 
 
 def plot_context_updates(all_results: dict[str, dict]):
   """Learned m against depth (every seed) and the S_1 heatmaps of seed 0; None without C.3."""
-  panels = []
-  for name, results in all_results.items():
-    runs = [r for r in results["runs"]
-            if r["model"] == "context_updates" and "first_layer_attention" in r]
-    if runs:
-      panels.append((name, runs))
+  panels = [(name, [r for r in results["runs"] if r["model"] == "context_updates"
+                    and "first_layer_attention" in r]) for name, results in all_results.items()]
+  panels = [(name, runs) for name, runs in panels if runs]
   if not panels:
     return None
   depths = sorted({r["depth"] for _, runs in panels for r in runs})
@@ -255,6 +245,4 @@ def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
                      "", image(f"{name} decomposition", run_report.plot_decomposition(results),
                                root, f"{name}_decomposition"),
                      "", image(f"{name} training", training, root, f"training_{name}"), ""]
-  path = os.path.join(root, "report.md")
-  write_text_atomic(path, "\n".join(lines + figure_lines) + "\n")
-  return path
+  return write_lines(root, "report.md", lines + figure_lines + [""])

@@ -1,6 +1,10 @@
-"""Markdown cells, tables and sections shared by the report modules."""
+"""Markdown cells, tables and sections shared by the report modules, and their writer."""
+
+import os
 
 import numpy as np
+
+from inverse_depth.files import write_text_atomic
 
 
 def table(*columns: str) -> list[str]:
@@ -52,3 +56,10 @@ def percent(ours: float, theirs: float | None) -> str:
 def spectrum(fit: dict) -> str:
   """'(a, b)' of a grid's spectrum."""
   return f"({fit['a']:g}, {fit['b']:g})"
+
+
+def write_lines(directory: str, name: str, lines: list[str]) -> str:
+  """Writes `lines` as directory/NAME, one a line; returns its path."""
+  path = os.path.join(directory, name)
+  write_text_atomic(path, "\n".join(lines))
+  return path

@@ -7,9 +7,8 @@ import os
 import numpy as np
 
 from inverse_depth import sgd_noise
-from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import cell, fit_cells, row, table
+from inverse_depth.report.markdown import cell, fit_cells, row, table, write_lines
 from inverse_depth.report.run_report import image
 
 
@@ -17,11 +16,10 @@ def noise_markdown(found: dict) -> str:
   """The predictions beside the measurements, one table per rate (from sgd_noise.json)."""
   lines = [f"Gradient noise of the one-layer models over steps {found['steps'][0]}.."
            f"{found['steps'][-1]} of `{found['workdir']}`, on {found['contexts']} contexts. "
-           "Predicted excess = eta_eff tr(Sigma) / (4 B) (theory.sgd_stationary_excess): the "
-           "layer weights' trace predicts c, the shared weights' predicts L0 minus the best "
-           "single cosine layer (theory.softmax_bound, Monte Carlo: its error is in the "
-           "measured excesses). Errors are over seeds (prediction) and from the fit "
-           "(measurement)."]
+           "Predicted excess = eta_eff tr(Sigma) / (4 B) (theory.sgd_stationary_excess): the layer "
+           "weights' trace predicts c, the shared weights' predicts L0 minus the best single "
+           "cosine layer (theory.softmax_bound, Monte Carlo: its error is in the measured "
+           "excesses). Errors are over seeds (prediction) and from the fit (measurement)."]
   for entry in found["rates"]:
     lines += ["", f"**rate {entry['learning_rate']:g}, batch {entry['batch_size']}** "
               f"(eta_eff / B = {entry['eta_eff_over_B']:.3g}; tr Sigma: layer weights "
@@ -60,10 +58,8 @@ def write_markdown(workdir: str, found: dict | None = None) -> str:
   if found is None:
     with open(os.path.join(workdir, sgd_noise.NOISE_FILE)) as f:
       found = json.load(f)
-  path = os.path.join(workdir, "sgd_noise.md")
-  write_text_atomic(path, "# SGD noise: predicted against fitted coefficients\n\n"
-                    + noise_markdown(found) + "\n")
-  return path
+  return write_lines(workdir, "sgd_noise.md", [
+      "# SGD noise: predicted against fitted coefficients", "", noise_markdown(found), ""])
 
 
 def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
@@ -86,8 +82,7 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
                      if np.isfinite(setting["predicted_c"]) else "-",
                      cell(setting["c_ratio"], ".2f")))
     if fit["resolved"]:
-      depths, losses = np.asarray(fit["depths"]), np.asarray(fit["losses"])
-      excess = losses - fit["L0"]
+      depths, excess = np.asarray(fit["depths"]), np.asarray(fit["losses"]) - fit["L0"]
       shown = excess > 0
       ax.plot(depths[shown], excess[shown], "o", color=f"C{i}",
               label=f"B {setting['batch_size']}, rate {setting['learning_rate']:g}")
@@ -97,6 +92,4 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
   if ax.get_legend_handles_labels()[0]:  # no resolved fit: nothing to label
     ax.legend(fontsize=7)
   lines += ["", image("R_L - L0", fig, out_dir, "sweep"), ""]
-  path = os.path.join(out_dir, "sweep.md")
-  write_text_atomic(path, "\n".join(lines))
-  return path
+  return write_lines(out_dir, "sweep.md", lines)

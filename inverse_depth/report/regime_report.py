@@ -1,12 +1,9 @@
 """Several training regimes of one problem side by side (experiments.compare_regimes), from
 their results.json alone: R_L, C_L, A_L - C_L and how the layers score by depth."""
 
-import os
-
 from inverse_depth import config as config_lib, records
-from inverse_depth.files import write_text_atomic
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import fit_cells, row, table
+from inverse_depth.report.markdown import fit_cells, row, table, write_lines
 from inverse_depth.report.run_report import depth_ticks, image
 from inverse_depth.workdir import read_results
 
@@ -21,10 +18,9 @@ PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
 def _regime_text(config: dict) -> str:
   """How a run trains, in words."""
   config = config_lib.flat(config)
-  rate = config["learning_rate"]
   window = config["stationary_evals"]
-  return (f"{config['optimizer']} {config['schedule']} {rate:g}, qk {config['qk_init']} "
-          f"{config['qk_init_scale']:g}, {config['max_steps']} steps"
+  return (f"{config['optimizer']} {config['schedule']} {config['learning_rate']:g}, qk "
+          f"{config['qk_init']} {config['qk_init_scale']:g}, {config['max_steps']} steps"
           + (f", mean of the last {window} evaluations" if window > 1 else ", final iterate"))
 
 
@@ -54,6 +50,4 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
     lines += [row(name, *(f"{rows[name][field][L]:.4g}" if L in rows[name][field] else "-"
                           for L in depths)) for name in rows]
   lines += ["", image("regimes", fig, out_dir, "regimes"), ""]
-  path = os.path.join(out_dir, "regimes.md")
-  write_text_atomic(path, "\n".join(lines))
-  return path
+  return write_lines(out_dir, "regimes.md", lines)

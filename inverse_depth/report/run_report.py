@@ -5,12 +5,12 @@ import os
 
 import numpy as np
 
-from inverse_depth import analysis, config as config_lib, paper, records
-from inverse_depth import checks as checks_lib
-from inverse_depth.files import atomic_path, write_text_atomic
+from inverse_depth import analysis, checks, config as config_lib, paper, records
+from inverse_depth.files import atomic_path
 from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import cell, fit_cells, percent, pm, row, section, table
+from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
+                                           table, write_lines)
 
 WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
 
@@ -53,12 +53,10 @@ def plot_depth_scaling(results: dict):
   """Log-log R_L against depth, every grid, with its fitted L0 + c L^-alpha and bounds."""
   fig, ax = plt.subplots(figsize=(6, 4.5))
   for i, fit in enumerate(results["fits"]):
-    color = f"C{i}"
-    runs = records.runs_of(results, fit)
-    for r in runs:  # every seed; flagged models as crosses (they are not in the means)
-      if not r["diverged"]:
-        ax.plot(r["depth"], r["eval_loss"], "x" if r.get("flagged") else ".", color=color,
-                alpha=0.35)
+    color, runs = f"C{i}", records.runs_of(results, fit)
+    for r in (r for r in runs if not r["diverged"]):  # flagged as crosses (not in the means)
+      ax.plot(r["depth"], r["eval_loss"], "x" if r.get("flagged") else ".", color=color,
+              alpha=0.35)
     depths, losses = records.clean_means(runs, "eval_loss")
     ax.plot(depths, losses, "o", color=color, label=records.grid_label(fit))
     if fit["resolved"]:
@@ -91,10 +89,9 @@ def plot_decomposition(results: dict):
       ax.plot(depths, values, style, label=label)
     values = np.concatenate([values for _, values in curves])
     values = values[np.isfinite(values)]
-    all_positive = values.size > 0 and np.all(values > 0)  # C_L < 0 is possible
-    ax.set(xscale="log" if values.size else "linear",
-           yscale="log" if all_positive else ("symlog" if values.size else "linear"),
-           xlabel="depth L", title=records.grid_label(fit))
+    if values.size:  # symlog where C_L < 0
+      ax.set(xscale="log", yscale="log" if np.all(values > 0) else "symlog")
+    ax.set(xlabel="depth L", title=records.grid_label(fit))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
   return fig
@@ -111,8 +108,9 @@ def plot_selection(results: dict):
   return fig
 
 
-def selection_section(results: dict | None) -> list[str]:
-  """Percentiles of the selection error E_L (appendix D.2), shallowest against deepest model."""
+def selection_section(results: dict | None, directory: str) -> list[str]:
+  """Percentiles of the selection error E_L (appendix D.2), shallowest against deepest model,
+  and its figure (saved under `directory`)."""
   lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
   found = records.selection_percentiles(results)
   if not found:
@@ -123,34 +121,31 @@ def selection_section(results: dict | None) -> list[str]:
   lines += table("percentile", f"L={shallow}", f"L={deep}", f"L={deep} - L={shallow}")
   lines += [row(q, f"{per[shallow][i]:.4f}", f"{per[deep][i]:.4f}",
                 f"{per[deep][i] - per[shallow][i]:+.4f}") for i, q in enumerate(found["keys"])]
-  return lines + ["", "![selection error](figures/selection_error.png)"]
+  return lines + ["", image("selection error", plot_selection(results), directory,
+                            "selection_error")]
 
 
-def check_lines(found: list[checks_lib.Check]) -> list[str]:
+def check_lines(found: list[checks.Check]) -> list[str]:
   """A report's check list: the header line, a line per check, the tolerances."""
-  return ([checks_lib.header_line(found), ""] + [checks_lib.check_line(check) for check in found]
-          + ["", checks_lib.tolerances_line()])
-
-
-def _training_header(config: dict, kind: str) -> str:
-  """Sizes and training of one model kind, with its `model_overrides` applied."""
-  own = records.kind_config(config, kind)
-  sizes = own["sizes"][kind]
-  return (f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
-          f"{list(own['depths'])}, {own['num_seeds']} seeds, {own['max_steps']} steps at batch "
-          f"{own['batch_size']}, {own['optimizer']} lr {own['learning_rate']:g} "
-          f"({own['schedule']} schedule), qk init {own['qk_init']} (scale "
-          f"{own['qk_init_scale']:g}), value init {own['value_init']}, eval set "
-          f"{own['eval_size']} contexts")
+  return ([checks.header_line(found), ""] + [checks.check_line(check) for check in found]
+          + ["", checks.tolerances_line()])
 
 
 def _header(results: dict) -> list[str]:
-  """The report's title, training, provenance and, for a join, its sources."""
-  kinds = sorted({analysis.model_kind(f["model"]) for f in results["fits"]})
-  lines = ["# inverse-depth report", "",
-           "; ".join(_training_header(results["config"], kind) for kind in kinds)
-           + f"; {results['wall_time_s']:.0f} s on {results['num_devices']} "
-           f"{results['backend']} device(s).", ""]
+  """The report's title, the sizes and training of each model kind (its `model_overrides`
+  applied), provenance and, for a join, its sources."""
+  training = []
+  for kind in sorted({analysis.model_kind(f["model"]) for f in results["fits"]}):
+    own = records.kind_config(results["config"], kind)
+    sizes = own["sizes"][kind]
+    training.append(
+        f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths {list(own['depths'])}, "
+        f"{own['num_seeds']} seeds, {own['max_steps']} steps at batch {own['batch_size']}, "
+        f"{own['optimizer']} lr {own['learning_rate']:g} ({own['schedule']} schedule), qk init "
+        f"{own['qk_init']} (scale {own['qk_init_scale']:g}), value init {own['value_init']}, "
+        f"eval set {own['eval_size']} contexts")
+  lines = ["# inverse-depth report", "", "; ".join(training) + f"; {results['wall_time_s']:.0f} "
+           f"s on {results['num_devices']} {results['backend']} device(s).", ""]
   provenance = results.get("provenance")
   if provenance:  # null for runs made before it was recorded; a join has none
     commit = (provenance["commit"] or "unknown")[:7]
@@ -167,98 +162,85 @@ def _header(results: dict) -> list[str]:
   return lines
 
 
-def _depth_fits(results: dict) -> list[str]:
-  """Each grid's depth fit and its gap fit (`checks.gap_fit`, n/a without a floor)."""
-  rows = []
-  for fit in results["fits"]:
-    gap = checks_lib.gap_fit(fit, records.runs_of(results, fit))
-    gap_text = (f"{pm(gap, 'alpha', '.3f', '.3f')} on depths {gap['depths']}; local slopes "
-                + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
-                if gap and np.isfinite(gap["alpha"]) else "n/a")
-    rows.append(row(records.grid_label(fit), fit_cells(fit), gap_text))
-  return section("## Depth fits  R_L = L0 + c L^-alpha", (
-      "grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 held at the "
-      "weighted fit's; se of the slope; local slopes)"), rows)
+def _depth_fit_rows(results: dict, fit: dict):
+  """A grid's depth fit and its gap fit (`checks.gap_fit`, n/a without a floor)."""
+  gap = checks.gap_fit(fit, records.runs_of(results, fit))
+  yield row(records.grid_label(fit), fit_cells(fit),
+            f"{pm(gap, 'alpha', '.3f', '.3f')} on depths {gap['depths']}; local slopes "
+            + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
+            if gap and np.isfinite(gap["alpha"]) else "n/a")
 
 
-def _weighted_fits(results: dict) -> list[str]:
-  """The law check's weighted fits over L >= 1 and L >= 2 (checks.law_fits)."""
-  rows = []
-  for fit in results["fits"]:
-    fits = checks_lib.law_fits(fit, records.runs_of(results, fit))
-    label = records.grid_label(fit)
-    if fits["from_1"] is not None:
-      note = " (L = 1 from flagged models)" if fits["flagged_depth_1"] else ""
-      rows.append(row(label, "L >= 1" + note, fit_cells(fits["from_1"])))
-    if fits["from_2"] is not None:
-      rows.append(row(label, "L >= 2", fit_cells(fits["from_2"])))
-    errors = ", ".join(f"{L:g}: {e:.2g}" for L, e in zip(fits["depths"], fits["errors"]))
-    rows.append(row(label, "per-depth se used as weights", errors, "-", "-", "-"))
-  return section(
-      "## The law check's fits, weighted by each depth's standard error",
-      ("grid", "depths", "L0", "c", "alpha", "R^2"), rows,
-      "Each depth's error is the larger of the spread over seeds and the models' own error (over "
-      "time for a window average, else over evaluation contexts) over sqrt(seeds). The law "
-      "check needs both depth sets in range (checks.depth_law).")
+def _weighted_fit_rows(results: dict, fit: dict):
+  """A grid's weighted fits of the law check over L >= 1 and L >= 2 (checks.law_fits)."""
+  fits, label = checks.law_fits(fit, records.runs_of(results, fit)), records.grid_label(fit)
+  if fits["from_1"] is not None:
+    note = " (L = 1 from flagged models)" if fits["flagged_depth_1"] else ""
+    yield row(label, "L >= 1" + note, fit_cells(fits["from_1"]))
+  if fits["from_2"] is not None:
+    yield row(label, "L >= 2", fit_cells(fits["from_2"]))
+  yield row(label, "per-depth se used as weights", series(fits["depths"], fits["errors"], ".2g"),
+            "-", "-", "-")
 
 
-def _window_fits(results: dict) -> list[str]:
-  """The depth fit over L >= L_min, with alpha free and held at the paper's 1."""
-  rows = []
-  for fit in results["fits"]:
-    if len(fit["depths"]) <= WINDOW_MIN_DEPTHS:
-      continue
-    target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-    for alpha in (None, 1.0):
-      for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], WINDOW_MIN_DEPTHS,
-                                               alpha=alpha):
-        exponent = f"{alpha:g} (held)" if alpha else pm(window, "alpha", ".3f", ".3f")
-        cells = ((pm(window, "L0"), exponent, f"{window['r2']:.4f}",
-                  percent(window["L0"], target)) if window["resolved"]
-                 else (window["verdict"], exponent if alpha else "-", "-", "-"))
-        rows.append(row(records.grid_label(fit),
-                        f"{window['smallest_depth']:g}..{max(fit['depths']):g}", *cells))
-  return section(
-      "## Depth fits by window: the same fit over L >= L_min",
-      ("grid", "depths", "L0", "alpha", "R^2", "L0 against the paper's Table 1 floor"), rows,
-      "A law that holds at every depth gives the same L0 and alpha on every window. The rows "
-      "with alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 says how well "
-      "that law describes the curve.")
+def _window_fit_rows(results: dict, fit: dict):
+  """A grid's depth fit over L >= L_min, with alpha free and held at the paper's 1."""
+  if len(fit["depths"]) <= WINDOW_MIN_DEPTHS:
+    return
+  target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
+  for alpha in (None, 1.0):
+    for window in analysis.fit_depth_windows(fit["depths"], fit["losses"], WINDOW_MIN_DEPTHS,
+                                             alpha=alpha):
+      exponent = f"{alpha:g} (held)" if alpha else pm(window, "alpha", ".3f", ".3f")
+      cells = ((pm(window, "L0"), exponent, f"{window['r2']:.4f}", percent(window["L0"], target))
+               if window["resolved"] else (window["verdict"], exponent if alpha else "-", "-", "-"))
+      yield row(records.grid_label(fit), f"{window['smallest_depth']:g}..{max(fit['depths']):g}",
+                *cells)
 
 
-def _against_theory(results: dict) -> list[str]:
-  """Each grid's fitted floor and deepest loss beside its theory bound and the paper's L0."""
-  rows = []
-  for fit in results["fits"]:
-    bound = fit.get("bound") or {}
-    target = paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])
-    rows.append(row(records.grid_label(fit),
-                    f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved",
-                    f"{fit['losses'][-1] if fit['losses'] else float('nan'):.4g}",
-                    f"{pm(bound, 'reference')} ({bound['kind']})" if bound else "not computed",
-                    pm(bound, "mixture") if bound.get("kind") == "softmax_bound" else "-",
-                    cell(target)))
-  return section("## Against theory and the paper", (
-      "grid", "fitted L0", "R at the deepest depth", "theory bound",
-      "best mixture of cosine layers", "paper Table 1 L0"), rows)
+def _against_theory_rows(results: dict, fit: dict):
+  """A grid's fitted floor and deepest loss beside its theory bound and the paper's L0."""
+  bound = fit.get("bound") or {}
+  yield row(records.grid_label(fit), f"{fit['L0']:.4g}" if fit["resolved"] else "not resolved",
+            f"{fit['losses'][-1] if fit['losses'] else float('nan'):.4g}",
+            f"{pm(bound, 'reference')} ({bound['kind']})" if bound else "not computed",
+            pm(bound, "mixture") if bound.get("kind") == "softmax_bound" else "-",
+            cell(paper.table1_floor(fit["model"], fit["task"], fit["k"], fit["a"], fit["b"])))
 
 
-def _cosine_layers(results: dict) -> list[str]:
-  """Trained R_L beside the best L cosine-scoring layers (`theory.equal_weight_averages`)."""
-  rows = []
-  for fit in results["fits"]:
-    optima = (fit.get("bound") or {}).get("average_by_layers")
-    if optima and not analysis.is_ensemble(fit["model"]):
-      trained = dict(zip(fit["depths"], fit["losses"]))
-      rows += [row(records.grid_label(fit), L, f"{entry['loss']:.4g}",
-                   f"{trained[L]:.4g}" if L in trained else "-")
-               for L, entry in enumerate(optima, start=1)]
-  return section(
-      "## Against the best L cosine-scoring layers (theory)",
-      ("grid", "L", "best L cosine layers", "trained R_L"), rows,
-      "The controlled model with every layer scoring by softmax(temperature x cosine) at a grid "
-      "temperature, equal weights 1/L and one gain, optimised exhaustively on the bound's "
-      "contexts (other contexts than the trained models' evaluation set).")
+def _cosine_layer_rows(results: dict, fit: dict):
+  """A grid's R_L beside the best L cosine-scoring layers (`theory.equal_weight_averages`)."""
+  optima = (fit.get("bound") or {}).get("average_by_layers")
+  if optima and not analysis.is_ensemble(fit["model"]):
+    trained = dict(zip(fit["depths"], fit["losses"]))
+    for L, entry in enumerate(optima, start=1):
+      yield row(records.grid_label(fit), L, f"{entry['loss']:.4g}",
+                f"{trained[L]:.4g}" if L in trained else "-")
+
+
+# The tables with rows by grid, in the report's order: (title, columns, intro, a grid's rows).
+GRID_TABLES = (
+    ("## Depth fits  R_L = L0 + c L^-alpha", (
+        "grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 held at the "
+        "weighted fit's; se of the slope; local slopes)"), "", _depth_fit_rows),
+    ("## The law check's fits, weighted by each depth's standard error",
+     ("grid", "depths", "L0", "c", "alpha", "R^2"),
+     "Each depth's error is the larger of the spread over seeds and the models' own error (over "
+     "time for a window average, else over evaluation contexts) over sqrt(seeds). The law check "
+     "needs both depth sets in range (checks.depth_law).", _weighted_fit_rows),
+    ("## Depth fits by window: the same fit over L >= L_min",
+     ("grid", "depths", "L0", "alpha", "R^2", "L0 against the paper's Table 1 floor"),
+     "A law that holds at every depth gives the same L0 and alpha on every window. The rows with "
+     "alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 says how well that law "
+     "describes the curve.", _window_fit_rows),
+    ("## Against theory and the paper",
+     ("grid", "fitted L0", "R at the deepest depth", "theory bound",
+      "best mixture of cosine layers", "paper Table 1 L0"), "", _against_theory_rows),
+    ("## Against the best L cosine-scoring layers (theory)",
+     ("grid", "L", "best L cosine layers", "trained R_L"),
+     "The controlled model with every layer scoring by softmax(temperature x cosine) at a grid "
+     "temperature, equal weights 1/L and one gain, optimised exhaustively on the bound's "
+     "contexts (other contexts than the trained models' evaluation set).", _cosine_layer_rows))
 
 
 def _ensemble_comparison(results: dict) -> list[str]:
@@ -298,8 +280,7 @@ def _grid_section(results: dict, fit: dict) -> list[str]:
       cells.append(pm(d, "beta_averaged") if np.isfinite(d["beta_averaged"]) else "-")
     lines.append(row(*cells, *(f"{d[field]:.4g}" for field in ("A", "C", "disagreement")),
                      f"{d['disagreement'] / d['depth']:.4g}", f"{d['residual']:.1e}", d["steps"],
-                     *(f"{d[count]}/{d['models']}" for count in ("converged", "flagged",
-                                                                 "diverged"))))
+                     *(f"{d[n]}/{d['models']}" for n in ("converged", "flagged", "diverged"))))
   geometry = records.geometry_rows(runs)
   if geometry:
     lines += ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
@@ -324,10 +305,9 @@ def _grid_section(results: dict, fit: dict) -> list[str]:
 
 def _stationarity(results: dict) -> list[str]:
   """Per model with an averaging window: its time average and stationarity test."""
-  windowed = [r for r in results["runs"] if "stationarity" in r]
-  config = config_lib.flat(results["config"])
   rows = []
-  for r in sorted(windowed, key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
+  for r in sorted((r for r in results["runs"] if "stationarity" in r),
+                  key=lambda r: (r["model"], r["a"], r["b"], r["depth"], r["seed"])):
     window = r["stationarity"]
     rows.append(row(f"{r['model']} {r['a']:g},{r['b']:g}", r["depth"], r["seed"],
                     f"{r['eval_loss']:.4f}", f"{window['se']:.4f}", f"{r['final_eval_loss']:.4f}",
@@ -336,6 +316,7 @@ def _stationarity(results: dict) -> list[str]:
                     "yes" if window["stationary"] else "**no**"))
   if not rows:
     return []
+  config = config_lib.flat(results["config"])
   first_step = config["max_steps"] - (config["stationary_evals"] - 1) * config["eval_every"]
   return section(
       "## Stationary evaluation",
@@ -351,21 +332,20 @@ def _stationarity(results: dict) -> list[str]:
 def write_report(workdir: str) -> str:
   """Writes figures/*.png and report.md from workdir/results.json alone; returns its path."""
   results = read_results(workdir)
-  figures = [image("depth scaling", plot_depth_scaling(results), workdir, "depth_scaling"),
-             image("decomposition", plot_decomposition(results), workdir, "decomposition")]
   lines = _header(results)
-  lines += ["## Checks against the paper", ""] + check_lines(checks_lib.run_checks(results))
+  lines += ["## Checks against the paper", ""] + check_lines(checks.run_checks(results))
   lines += ["", "A MISS means the prediction did not appear in this run; BUILD_NOTES.md records "
             "what was tried to find the regime where it does."]
-  lines += _depth_fits(results) + _weighted_fits(results) + _window_fits(results)
-  lines += _against_theory(results) + _cosine_layers(results) + _ensemble_comparison(results)
+  for title, columns, intro, rows_of in GRID_TABLES:
+    lines += section(title, columns, [line for fit in results["fits"]
+                                      for line in rows_of(results, fit)], intro)
+  lines += _ensemble_comparison(results)
   for fit in results["fits"]:
     lines += _grid_section(results, fit)
   lines += _stationarity(results)
   if records.selection_percentiles(results):
-    save_report_figure(plot_selection(results), workdir, "selection_error")
-    lines += [""] + selection_section(results)
-  lines += ["", "## Figures", "", figures[0], "", figures[1], ""]
-  path = os.path.join(workdir, "report.md")
-  write_text_atomic(path, "\n".join(lines))
-  return path
+    lines += [""] + selection_section(results, workdir)
+  lines += ["", "## Figures", "",
+            image("depth scaling", plot_depth_scaling(results), workdir, "depth_scaling"), "",
+            image("decomposition", plot_decomposition(results), workdir, "decomposition"), ""]
+  return write_lines(workdir, "report.md", lines)
