@@ -88,9 +88,10 @@ class GridLayout:
     depths_M = np.asarray(self.depths, np.float32).reshape((-1,) + (1,) * (sums_M.ndim - 1))
     return sums_M / depths_M.astype(sums_M.dtype)
 
-  def expand_to_layers(self, model_values_M: jax.Array) -> jax.Array:
-    """Broadcast a per-model value to each of that model's layers: (M, ...) -> (T, ...)."""
-    return jnp.asarray(model_values_M)[self.layer_model_index]
+  def expand_to_layers(self, model_values_M: jax.Array, axis: int = 0) -> jax.Array:
+    """Broadcast a per-model value to each of that model's layers along `axis`:
+    (M, ...) -> (T, ...) for axis 0, (B, M, ...) -> (B, T, ...) for axis 1."""
+    return jnp.asarray(model_values_M)[(slice(None),) * axis + (self.layer_model_index,)]
 
 
 @dataclasses.dataclass(frozen=True)

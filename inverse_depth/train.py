@@ -198,7 +198,7 @@ def grid_losses(layer_predictions: Callable, params: Params, batch_S: tasks.Batc
 # measured on 2 cores (bench/README.md "Blocks"): the packed kinds' [T, block, P] scores stay
 # in cache at a few contexts, context updates' [block, P, P] attention per layer at a few
 # dozen. The other kinds, and every kind on an accelerator, take the whole batch at once.
-CPU_CONTEXTS_PER_BLOCK = {"softmax": 4, "per_layer_values": 4, "looped": 4,
+CPU_CONTEXTS_PER_BLOCK = {"softmax": 8, "per_layer_values": 8, "looped": 8,
                           "context_updates": 32}
 
 

@@ -50,8 +50,16 @@ def inverse_scales(centred_W_x_ND: jax.Array, x_BD: jax.Array) -> jax.Array:
 
 def inverse_scales_from_gram(gram_DD: jax.Array, x_BD: jax.Array) -> jax.Array:
   """r = 1/sigma(x) = (x^T G x + eps)^(-1/2) with G = Wc^T Wc / N (any leading axes on x)."""
-  mean_square = jnp.einsum("...d,de,...e->...", x_BD, gram_DD, x_BD)
-  return jax.lax.rsqrt(mean_square + LAYER_NORM_EPS)
+  return inverse_scales_from_grams(gram_DD[None], x_BD)[..., 0]
+
+
+def inverse_scales_from_grams(gram_MDD: jax.Array, x_BD: jax.Array) -> jax.Array:
+  """r = (x^T G_m x + eps)^(-1/2) for every model m: (..., D) -> (..., M). As x G_m, one
+  matrix product against every G, then its dot with x: in this order neither pass nor its
+  gradient transposes the (..., M, D) product."""
+  x_times_gram_BME = jnp.einsum("...d,mde->...me", x_BD, gram_MDD)
+  mean_square_BM = jnp.einsum("...me,...e->...m", x_times_gram_BME, x_BD)
+  return jax.lax.rsqrt(mean_square_BM + LAYER_NORM_EPS)
 
 
 def scoring_features(params, layout: GridLayout) -> dict[str, jax.Array]:
@@ -67,22 +75,24 @@ def scoring_features(params, layout: GridLayout) -> dict[str, jax.Array]:
   return dict(form_TDD=jnp.einsum("tnd,tne->tde", query_map_TND, key_map_TND), gram_MDD=gram_MDD)
 
 
-def test_attention_from_features(features, batch: Batch, layout: GridLayout) -> jax.Array:
-  """Query rows p_l of every packed layer from `scoring_features`: [T, B, P]."""
-  gram_MDD = features["gram_MDD"]
-  scale_context_MBP = jax.vmap(inverse_scales_from_gram, (0, None))(gram_MDD,
-                                                                    batch.x_context_BPD)
-  scale_test_MB = jax.vmap(inverse_scales_from_gram, (0, None))(gram_MDD, batch.x_test_BD)
-  probe_TBE = jnp.einsum("tde,bd->tbe", features["form_TDD"], batch.x_test_BD)
-  raw_scores_TBP = jnp.einsum("tbe,bpe->tbp", probe_TBE, batch.x_context_BPD)
-  scores_TBP = (raw_scores_TBP * layout.expand_to_layers(scale_test_MB)[:, :, None]
-                * layout.expand_to_layers(scale_context_MBP))
-  return jax.nn.softmax(scores_TBP, axis=-1)
+def attention_from_features(features, batch: Batch, layout: GridLayout) -> jax.Array:
+  """Query rows p_l of every packed layer from `scoring_features`, contexts first: [B, T, P].
+  In this order the batch is the leading axis of every contraction, so none needs a transpose
+  of the [B, T, P] scores (bench/README.md: the training step's layout)."""
+  scale_context_BMP = jnp.swapaxes(inverse_scales_from_grams(features["gram_MDD"],
+                                                             batch.x_context_BPD), 1, 2)
+  scale_test_BM = inverse_scales_from_grams(features["gram_MDD"], batch.x_test_BD)
+  probe_BTE = (jnp.einsum("tde,bd->bte", features["form_TDD"], batch.x_test_BD)
+               * layout.expand_to_layers(scale_test_BM, axis=1)[:, :, None])
+  raw_scores_BTP = jnp.einsum("bte,bpe->btp", probe_BTE, batch.x_context_BPD)
+  scores_BTP = raw_scores_BTP * layout.expand_to_layers(scale_context_BMP, axis=1)
+  return jax.nn.softmax(scores_BTP, axis=-1)
 
 
 def test_attention(params, batch: Batch, layout: GridLayout) -> jax.Array:
   """Query rows p_l of every packed layer: [T, B, P], each row sums to 1."""
-  return test_attention_from_features(scoring_features(params, layout), batch, layout)
+  return jnp.swapaxes(attention_from_features(scoring_features(params, layout), batch, layout),
+                      0, 1)
 
 
 def value_gain(params) -> jax.Array:
@@ -100,9 +110,8 @@ def features(params, layout: GridLayout) -> dict[str, jax.Array]:
 
 def predict(features, batch: Batch, layout: GridLayout) -> jax.Array:
   """f_l = g_l p_l . y for every packed layer from `features`: [T, B]."""
-  attention_TBP = test_attention_from_features(features, batch, layout)
-  return features["gain_T"][:, None] * jnp.einsum("tbp,bp->tb", attention_TBP,
-                                                  batch.y_context_BP)
+  attention_BTP = attention_from_features(features, batch, layout)
+  return (features["gain_T"] * jnp.einsum("btp,bp->bt", attention_BTP, batch.y_context_BP)).T
 
 
 def layer_predictions(params, batch: Batch, layout: GridLayout) -> jax.Array:
