@@ -195,9 +195,8 @@ def grid_losses(layer_predictions: Callable, params: Params, batch_S: tasks.Batc
 
 
 # Contexts per block of the training gradient on a CPU when microbatch_size is 0 (automatic),
-# measured on 2 cores (bench/README.md "Blocks"): the packed kinds' [T, block, P] scores stay
-# in cache at a few contexts, context updates' [block, P, P] attention per layer at a few
-# dozen. The other kinds, and every kind on an accelerator, take the whole batch at once.
+# measured on 2 cores (bench/README.md "Blocks"): the packed kinds' [block, T, P] scores stay
+# in cache at 8 contexts, context updates' [block, P, P] attention per layer at a few dozen. The other kinds, and every kind on an accelerator, take the whole batch at once.
 CPU_CONTEXTS_PER_BLOCK = {"softmax": 8, "per_layer_values": 8, "looped": 8,
                           "context_updates": 32}
 
@@ -222,7 +221,7 @@ def blocked_grid_gradient(module: PackedModels, params: Params, batch_S: tasks.B
   `features` (the part of the model that does not depend on the contexts) are computed once
   per replicate, each block's gradient of its `predict` is taken with respect to them inside
   a `lax.scan` that accumulates it, and the sum is pulled back to the parameters once. A
-  block's [T, block, P] intermediates are small enough to stay in cache, where the whole
+  block's [block, T, P] intermediates are small enough to stay in cache, where the whole
   batch's went to main memory (bench/README.md: block size and speed-up measured).
   """
   layout = module.layout
