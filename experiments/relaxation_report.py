@@ -41,7 +41,6 @@ flags.DEFINE_integer("contexts", 2048, "contexts of the fixed batch the curvatur
 flags.DEFINE_integer("window", 8, "checkpoints averaged at each end of the drift direction")
 FLAGS = flags.FLAGS
 
-CURVATURE_STREAM = 7  # fold_in index of the contexts the curvature is measured on
 AGREEMENT_FACTOR = 1.5  # a prediction agrees when within this factor of the measurement
 
 
@@ -71,7 +70,8 @@ def curvature_times(workdir: str, num_contexts: int, window: int) -> dict:
   start = _mean_params(spec, trainer, like, workdir, range(middle, middle + window * every, every))
   end = _mean_params(spec, trainer, like, workdir, range(last - (window - 1) * every, last + 1,
                                                          every))
-  batch = spec.problem.sample(jax.random.fold_in(jax.random.key(spec.root_seed), CURVATURE_STREAM),
+  batch = spec.problem.sample(jax.random.fold_in(jax.random.key(spec.root_seed),
+                                                 relaxation.CURVATURE_STREAM),
                               num_contexts, *spec.problem.spectra[0])
   rates = dict(learning_rate=spec.train.learning_rate, momentum=spec.train.momentum)
   out = {name: np.full((len(spec.seeds), len(spec.depths)), np.nan)
@@ -108,11 +108,10 @@ def _ratio(measured: dict, predicted: float) -> str:
 
 def _slowest_per_depth(records: list[dict]) -> tuple[float, float]:
   """A - C's tau / L over the depths >= 4 where it is resolved, and the largest departure
-  (relaxation.per_depth_constant); NaN with fewer than two such depths (one depth does not
-  show a time proportional to L)."""
+  (relaxation.per_depth_constant: NaN with fewer than two such depths)."""
   slowest = [(r["depth"], r["measured_disagreement"]["tau"]) for r in records
              if r["depth"] >= 4 and r["measured_disagreement"]["resolved"]]
-  return relaxation.per_depth_constant(*zip(*slowest)) if len(slowest) > 1 else (np.nan, np.nan)
+  return relaxation.per_depth_constant(*zip(*slowest)) if slowest else (np.nan, np.nan)
 
 
 def write_markdown(out_dir: str) -> str:

@@ -38,15 +38,18 @@ together; `disagreement`, each layer's (W_q^l, W_k^l) minus the mean over the mo
 the direction in which the layers have moved apart since their identical start.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inverse_depth import models
+from inverse_depth import experiment, models, trajectory
 from inverse_depth.grid import GridLayout
 from inverse_depth.tasks import Batch
 
 QUERY_KEY = ("W_q", "W_k")
+CURVATURE_STREAM = 7  # fold_in(key(root_seed), 7): the contexts curvatures are measured on
 
 
 def model_loss(kind: str, depth: int, batch: Batch):
@@ -130,7 +133,70 @@ def steps_to_settle(tau_per_depth: float, depth: int, e_folds: float = 3.0) -> f
 
 def per_depth_constant(depths, taus) -> tuple[float, float]:
   """tau / L as one constant over depths (the geometric mean of tau_L / L) and the largest
-  factor by which one depth departs from it."""
+  factor by which one depth departs from it; NaN with fewer than two depths (one depth does
+  not show a time proportional to L)."""
+  if len(depths) < 2:
+    return float("nan"), float("nan")
   ratios = np.asarray(taus, float) / np.asarray(depths, float)
   constant = float(np.exp(np.mean(np.log(ratios))))
   return constant, float(np.max(np.maximum(ratios / constant, constant / ratios)))
+
+
+def approach_with_groups_preset(spec, final_params, m: int, preset: list[str],
+                                steps: int) -> dict:
+  """Model m of the grid `spec` trained alone from its own initial state (the same seeds and
+  data stream) for `steps` steps, with the parameter groups `preset` set to their values in
+  `final_params` (the grid's trained parameters) before the first step: its score
+  temperature [evaluations, seeds] every eval_every steps, the fitted relaxation time of the
+  seed mean (trajectory.relaxation_time) and each seed's. A group that drives the temperature
+  removes the slow part of its approach when preset (experiments.relaxation_probe)."""
+  alone = dataclasses.replace(spec, depths=(spec.depths[m],))
+  source_layout = experiment.grid_trainer(spec).layout
+  trainer = experiment.grid_trainer(alone)
+  state = trainer.init_state()
+  params = jax.tree.map(np.array, state.params)
+  for group in preset:
+    if group in params["model"]:
+      params["model"][group][:, 0] = np.asarray(final_params["model"][group])[:, m]
+    elif group in params["layer"]:
+      params["layer"][group][:, trainer.layout.layer_slice(0)] = np.asarray(
+          final_params["layer"][group])[:, source_layout.layer_slice(m)]
+    else:
+      raise ValueError(f"preset: unknown group {group!r}; allowed "
+                       f"{', '.join([*params['model'], *params['layer']])}")
+  state = state.replace(params=jax.tree.map(
+      lambda x, like: jax.device_put(x, like.sharding), params, state.params))
+  readings = []
+  for _ in range(steps // spec.train.eval_every):
+    state, _ = trainer.train_chunk(state)
+    readings.append(trajectory.parameter_summary(jax.tree.map(np.asarray, state.params),
+                                                 trainer.layout)["temperature"][:, 0])
+  temperature_ES = np.asarray(readings)
+  t = spec.train.eval_every * np.arange(len(readings), dtype=float)
+  return dict(temperature_ES=temperature_ES,
+              tau=trajectory.relaxation_time(t, temperature_ES.mean(axis=1))["tau"],
+              seed_taus=[trajectory.relaxation_time(t, series)["tau"]
+                         for series in temperature_ES.T])
+
+
+def temperature_times_along_the_run(spec, workdir: str, m: int, batch: Batch) -> list:
+  """(step, [predicted time of the temperature direction per seed]) at the start and at
+  every kept checkpoint of the finished grid `spec` in `workdir`, for model m: whether the
+  curvature changes on the way."""
+  trainer = experiment.grid_trainer(spec)
+  like = trainer.init_state()
+  every = spec.checkpoint.checkpoint_every
+  steps = list(range(every, spec.train.max_steps + 1, every))
+  out = []
+  for step, params in zip([0] + steps, [like.params] + experiment.read_window(
+      spec, trainer, like, workdir, tuple(steps))):
+    taus = []
+    for s in range(len(spec.seeds)):
+      model, layers = trainer.layout.model_params(jax.tree.map(lambda x: np.asarray(x[s]),
+                                                               params), m)
+      taus.append(predicted_times(
+          spec.model, spec.depths[m], dict(model=model, layer=layers), batch,
+          learning_rate=spec.train.learning_rate,
+          momentum=spec.train.momentum)["temperature"]["tau"])
+    out.append((step, taus))
+  return out

@@ -237,11 +237,11 @@ def test_a_rate_of_a_sweep_matches_the_same_rate_trained_alone(tmp_path):
 
 
 def test_the_relaxation_probe_replays_the_run_and_presets_groups(window_run):
-  """experiments.relaxation_probe with nothing preset trains one depth alone through the run's
-  own stream: its temperature readings are the run's recorded ones (a model trained inside the
-  grid matches it alone); with W_q and W_k preset, the first reading starts from the final one."""
-  from experiments import relaxation_probe
-  from inverse_depth import trajectory
+  """relaxation.approach_with_groups_preset (experiments.relaxation_probe) with nothing preset
+  trains one depth alone through the run's own stream: its temperature readings are the run's
+  recorded ones (a model trained inside the grid matches it alone); with W_q and W_k preset,
+  the first reading starts from the final one."""
+  from inverse_depth import relaxation, trajectory
   workdir, _ = window_run
   spec = config_lib.grid_specs(window_config())[0]
   trainer = experiment.grid_trainer(spec)
@@ -249,12 +249,12 @@ def test_the_relaxation_probe_replays_the_run_and_presets_groups(window_run):
                                  (spec.train.max_steps,))[0]
   recorded = trajectory.read_metrics(workdir_lib.read_metrics(workdir), spec.label)
   m = spec.depths.index(2)
-  replay = relaxation_probe.temperature_approach(spec, final, m, [], spec.train.max_steps)
+  replay = relaxation.approach_with_groups_preset(spec, final, m, [], spec.train.max_steps)
   np.testing.assert_allclose(replay["temperature_ES"], recorded["temperature"][:, :, m],
                              rtol=1e-4)
-  preset = relaxation_probe.temperature_approach(spec, final, m, ["W_q", "W_k"], 5)
+  preset = relaxation.approach_with_groups_preset(spec, final, m, ["W_q", "W_k"], 5)
   first_change = np.abs(preset["temperature_ES"][0] - recorded["temperature"][-1, :, m])
   assert np.all(first_change < np.abs(recorded["temperature"][0, :, m]
                                       - recorded["temperature"][-1, :, m]))
   with pytest.raises(ValueError, match="unknown group 'W_z'"):
-    relaxation_probe.temperature_approach(spec, final, m, ["W_z"], 5)
+    relaxation.approach_with_groups_preset(spec, final, m, ["W_z"], 5)

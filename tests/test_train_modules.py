@@ -9,8 +9,10 @@ decays and freezes models by the stall rule; the SGD cases scale layer rates by 
 |W_x| fixed, and two of their models diverge (frozen at their last finite state).
 Tolerances, measured: Adam 1.6e-6 relative with the packages of the time, 1.3e-4 (single
 stream's validation loss) with jax 0.10.2, flax 0.12.8, optax 0.2.8 (setup.cfg pins lower
-bounds only, and another XLA rounds differently); SGD 4.5e-5, its step at the edge of stability (the rate that
-diverges the depth-1 models) amplifying float rounding over 30 steps.
+bounds only, and another XLA rounds differently); SGD 4.5e-5, its step at the edge of
+stability (the rate that diverges the depth-1 models) amplifying float rounding over 30
+steps, and 4.7e-4 (one of 144 values) since the softmax step sums its scores in another order
+(contexts first, blocks of 8).
 """
 
 import dataclasses
@@ -36,7 +38,7 @@ FAST_CASES = ("softmax/adam", "softmax/sgd")
 CASES = FAST_CASES + tuple(f"{kind}/adam" for kind in (
     "linear", "single_stream", "per_layer_values", "context_updates", "looped")) + (
     "context_updates/sgd",)
-RELATIVE_TOLERANCE = {"adam": 3e-4, "sgd": 3e-4}
+RELATIVE_TOLERANCE = {"adam": 3e-4, "sgd": 1e-3}
 RECORDED = ("step", "train_loss", "val_loss", "lr_scale", "diverged", "converged")
 
 
