@@ -8,8 +8,9 @@ import numpy as np
 
 from inverse_depth import analysis, checks, claims, config as config_lib, paper, records, theory
 from inverse_depth.report import plt, run_report
-from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
-                                           spectrum, table, write_lines)
+from inverse_depth.report.markdown import (GAP_COLUMNS, cell, fit_cells, gap_cells, how_trained,
+                                           percent, pm, row, section, series, spectrum, table,
+                                           write_lines)
 from inverse_depth.report.run_report import depth_ticks, image, save_report_figure
 from inverse_depth.workdir import read_metrics
 
@@ -58,10 +59,10 @@ def table1_section(results: dict) -> list[str]:
       target, bound = paper.table1_floor(model, "topk", 2, *key), fit.get("bound") or {}
       cells += [f"{value:.4g} ({how})", cell(target), percent(value, target)]
       if model == "softmax":
-        cells += [pm(bound, key) if bound else "-" for key in ("single", "mixture")]
+        cells += [pm(bound, key) for key in ("single", "mixture")]
       else:
         flat, _ = checks.linear_depth_change(fit, records.runs_of(results, fit))
-        cells += [pm(bound, "floor") if bound else "-", f"{100 * flat:+.2f}%"]
+        cells += [pm(bound, "floor"), f"{100 * flat:+.2f}%"]
     lines.append(row(*cells))
   return lines + [
       "", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a depth "
@@ -159,31 +160,21 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
   config = next((config_lib.flat(r["config"]) for r in table_results if r), None)
   if config is None:
     return lines
-  return lines + ["", (
-      f"These runs train from the {config['qk_init']} query/key start (scale "
-      f"{config['qk_init_scale']:g}) with {config['optimizer']} at learning rate "
-      f"{config['learning_rate']:g} ({config['schedule']} schedule) for {config['max_steps']} "
-      "steps. The same spectra in the SGD law's regime are in the section \"Tables 1, 4 and 5 "
-      "under constant-step SGD\"; FINDINGS.md says which reproduce.")]
+  return lines + ["", f"These runs train with {how_trained(config)}. The same spectra in the SGD "
+                  "law's regime are in the section \"Tables 1, 4 and 5 under constant-step SGD\"; "
+                  "FINDINGS.md says which reproduce."]
 
 
 def table5_lines(results: dict | None) -> list[str]:
   """Table 5 rows of a Table 1 run's softmax grids: the gap fit the check decides on and more."""
-  lines = table("(a, b)", "gap alpha (L0 held at its fit; se of the slope)", "R^2", "depths",
-                "local slopes", "gap alpha from the best single cosine layer", "C_L by depth",
-                "C_L, last doubling", "A_L - C_L by depth", "A_L - C_L, last doubling")
+  lines = table("(a, b)", *GAP_COLUMNS, "gap alpha from the best single cosine layer",
+                "C_L by depth", "C_L, last doubling", "A_L - C_L by depth",
+                "A_L - C_L, last doubling")
   for fit in records.fits_of(results, "softmax"):
-    gap = checks.gap_fit(fit, records.runs_of(results, fit))
-    gap_cells = (f"{pm(gap, 'alpha', '.2f')} | {gap['r2']:.3f} | "
-                 + ", ".join(f"{L:g}" for L in gap["depths"]) + " | "
-                 + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
-                 + (" (a power law)" if gap["power_law"] else " (not a power law)")
-                 if gap and np.isfinite(gap["alpha"]) else "no fit | - | - | -")
-    bound = fit.get("bound") or {}
-    single = (analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
-              if bound.get("single") else None)
-    cells = [spectrum(fit), gap_cells,
-             pm(single, "alpha", ".2f") if single and np.isfinite(single["alpha"]) else "no fit"]
+    single = (fit.get("bound") or {}).get("single")
+    cells = [spectrum(fit), gap_cells(checks.gap_fit(fit, records.runs_of(results, fit))),
+             pm(analysis.fit_gap(fit["depths"], fit["shared_error"], single) if single else {},
+                "alpha", ".3f")]
     for field in ("shared_error", "disagreement"):
       cells += [", ".join(f"{value:.3f}" for value in fit[field] if np.isfinite(value)),
                 f"{checks.last_doubling_change(fit, field):+.1%}"]
@@ -222,31 +213,29 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
   lines = ["## Where the law appears: one problem under each training regime", "",
            "Softmax, top-2, isotropic, d = 16, P = 128 (BUILD_NOTES.md \"Where the law appears\"; "
            f"docs/regimes.md). Paper: L0 = {target:g} with alpha ~ 1, C_L and A_L - C_L level.",
-           ""] + table("regime", "run", "depths", "R_L", "fit L0 (vs paper)", "alpha", "R^2",
+           ""] + table("regime", "run", "depths", "R_L", "fit L0", "alpha", "R^2", "L0 vs paper",
                        "C_L, last doubling", "A_L - C_L, last doubling")
   for name, workdir, results in regimes:
     fit = records.fits_of(results, "softmax")[0]
-    fit_text = (f"{pm(fit, 'L0')} ({percent(fit['L0'], target)}) | "
-                f"{pm(fit, 'alpha', '.2f', '.2f')} | {fit['r2']:.3f}"
-                if fit["resolved"] else f"{fit['verdict']} | - | -")
     lines.append(row(name, f"`{workdir}`", f"{min(fit['depths']):g}..{max(fit['depths']):g}",
-                     ", ".join(f"{loss:.3f}" for loss in fit["losses"]), fit_text,
+                     ", ".join(f"{loss:.3f}" for loss in fit["losses"]),
+                     fit_cells(fit, None, (".2f", ".2g")),
+                     percent(fit["L0"], target) if fit["resolved"] else "-",
                      *(f"{checks.last_doubling_change(fit, field):+.1%}"
                        for field in ("shared_error", "disagreement"))))
   return lines
 
 
 def _run_line(name: str, results: dict) -> str:
-  """One run in words: depths, seeds, steps, |W_x|, averaging window, clean models, time."""
+  """One run in words: depths, seeds, training (steps by depth where they differ), clean models
+  and time."""
   config, runs = config_lib.flat(results["config"]), results["runs"]
-  steps_by_depth = {r["depth"]: r["steps"] for r in runs}
-  steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
-           if len(set(steps_by_depth.values())) > 1 else f"{config['max_steps']} steps")
-  norm = ", |W_x| held at its initial norm" if config["fixed_input_norm"] else ""
+  steps = {r["depth"]: r["steps"] for r in runs}
+  by_depth = (" (steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps.items()))
+              + ")" if len(set(steps.values())) > 1 else "")
   joined = f" in {len(results['joined_from'])} runs joined" if "joined_from" in results else ""
-  return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps_by_depth))}, "
-          f"{config['num_seeds']} seed(s), {steps}{norm}, R, A and C averaged over the last "
-          f"{config['stationary_evals']} evaluations; {sum(analysis.is_clean(r) for r in runs)} "
+  return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps))}, {config['num_seeds']} "
+          f"seed(s), {how_trained(config)}{by_depth}; {sum(analysis.is_clean(r) for r in runs)} "
           f"of {len(runs)} models clean ({results['wall_time_s'] / 60:.0f} min{joined}).")
 
 
@@ -266,7 +255,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
       rows.append(row(spectrum(fit), fit_cells(decided, None, (".2f", ".2g")), cell(target),
-                      percent(L0, target), pm(bound, "single") if bound else "-",
+                      percent(L0, target), pm(bound, "single"),
                       percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
     lines += section("### Table 1: fitted softmax floors (top-2)", (
         "(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0", "diff",

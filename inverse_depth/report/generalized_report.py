@@ -6,7 +6,7 @@ import numpy as np
 
 from inverse_depth import analysis, checks, claims, evaluation, paper, records
 from inverse_depth.report import combined_report, plt, run_report
-from inverse_depth.report.markdown import cell, pm, row, table, write_lines
+from inverse_depth.report.markdown import cell, how_trained, pm, row, table, write_lines
 from inverse_depth.report.run_report import image
 
 # (workdir name, config file, get_config argument) in the order they run.
@@ -52,8 +52,8 @@ def trend_sentence(fit: dict) -> str:
   if len(fit["losses"]) < 2:
     return "fewer than two clean depths"
   falls, rises = checks.falls_and_rises(fit)
-  law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
-         f"(R^2 {fit['r2']:.3f})" if fit["resolved"] else fit.get("verdict", "no fit"))
+  law = (f"fit alpha = {pm(fit, 'alpha', '.2f')}, L0 = {fit['L0']:.4g} (R^2 {fit['r2']:.3f})"
+         if fit["resolved"] else fit.get("verdict", "no fit"))
   return (f"R_{int(fit['depths'][-1])} / R_{int(fit['depths'][0])} = "
           f"{fit['losses'][-1] / fit['losses'][0]:.3f}; of "
           f"{len(fit.get('paired_differences', []))} depth doublings {falls} fall and {rises} "
@@ -84,7 +84,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       total, flagged = len(records.runs_of(results, fit)), len(fit.get("flagged") or [])
       change = analysis.last_interval_change(metrics.get(name, []), fit)
       own = records.kind_config(results["config"], fit["model"])
-      training = f"{own['max_steps']} steps, batch {own['batch_size']}" + (
+      training = how_trained(own) + (
           "" if change is None else f"; mean validation loss {100 * change['mean']:+.1f}% over "
           f"the last {change['steps']} steps (largest single-model fall "
           f"{100 * change['largest_fall']:+.1f}%)")

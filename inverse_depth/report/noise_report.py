@@ -8,7 +8,7 @@ import numpy as np
 
 from inverse_depth import sgd_noise
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import cell, fit_cells, row, table, write_lines
+from inverse_depth.report.markdown import cell, fit_cells, pm, row, table, write_lines
 from inverse_depth.report.run_report import image
 
 
@@ -23,7 +23,7 @@ def noise_markdown(found: dict) -> str:
   for entry in found["rates"]:
     lines += ["", f"**rate {entry['learning_rate']:g}, batch {entry['batch_size']}** "
               f"(eta_eff / B = {entry['eta_eff_over_B']:.3g}; tr Sigma: layer weights "
-              f"{_value(entry, 'trace_layer')}, shared weights {_value(entry, 'trace_model')}; "
+              f"{pm(entry, 'trace_layer')}, shared weights {pm(entry, 'trace_model')}; "
               + (f"fitted alpha {entry['fitted_alpha']:.3f}, the prediction assumes 1)"
                  if entry.get("resolved", True) else "no depth law resolved)"), ""]
     lines += table("quantity", "predicted", "measured", "measured / predicted")
@@ -33,17 +33,11 @@ def noise_markdown(found: dict) -> str:
          True),
         ("R_1 - best single cosine layer", "predicted_R1_excess", "measured_R1_excess", False)):
       if from_fit and not entry.get("resolved", True):  # the fit has no c or L0 to compare
-        lines.append(row(name, _value(entry, predicted), "no resolved fit", "-"))
+        lines.append(row(name, pm(entry, predicted), "no resolved fit", "-"))
         continue
       ratio = entry[measured] / entry[predicted] if entry[predicted] else float("nan")
-      lines.append(row(name, _value(entry, predicted), _value(entry, measured), f"{ratio:.2f}"))
+      lines.append(row(name, pm(entry, predicted), pm(entry, measured), f"{ratio:.2f}"))
   return "\n".join(lines)
-
-
-def _value(entry: dict, name: str, spec: str = ".4g") -> str:
-  """`entry[name]` with its standard error where it has one (one seed: none over seeds)."""
-  se = entry.get(f"{name}_se", float("nan"))
-  return f"{entry[name]:{spec}}" + (f" +- {se:.2g}" if np.isfinite(se) else "")
 
 
 def write_report(workdir: str, num_contexts: int = 4096, results_dir: str | None = None) -> str:
@@ -78,8 +72,7 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
                      f"{setting['learning_rate']:g}", f"{setting['eta_eff_over_B']:.3g}",
                      fit_cells(fit, c_spec=".3g"),
                      f"{setting['disagreement']:.3g} (L = {setting['deepest_stationary']})",
-                     _value(setting, "predicted_c", ".3g")
-                     if np.isfinite(setting["predicted_c"]) else "-",
+                     pm(setting, "predicted_c", ".3g"),
                      cell(setting["c_ratio"], ".2f")))
     if fit["resolved"]:
       depths, excess = np.asarray(fit["depths"]), np.asarray(fit["losses"]) - fit["L0"]

@@ -3,7 +3,7 @@ their results.json alone: R_L, C_L, A_L - C_L and how the layers score by depth.
 
 from inverse_depth import config as config_lib, records
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import fit_cells, row, table, write_lines
+from inverse_depth.report.markdown import fit_cells, how_trained, row, table, write_lines
 from inverse_depth.report.run_report import depth_ticks, image
 from inverse_depth.workdir import read_results
 
@@ -13,15 +13,6 @@ PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
           ("temperature_spread", "layer temperature std / mean"),
           ("anisotropy", "mean layer anisotropy |M - tau I| / |tau I|"),
           ("deviation_alignment", "alignment of the layers' departures from cosine"))
-
-
-def _regime_text(config: dict) -> str:
-  """How a run trains, in words."""
-  config = config_lib.flat(config)
-  window = config["stationary_evals"]
-  return (f"{config['optimizer']} {config['schedule']} {config['learning_rate']:g}, qk "
-          f"{config['qk_init']} {config['qk_init_scale']:g}, {config['max_steps']} steps"
-          + (f", mean of the last {window} evaluations" if window > 1 else ", final iterate"))
 
 
 def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
@@ -43,7 +34,7 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   lines = ["# Training regimes side by side", "",
            "Seed means over each run's clean models (flagged and diverged ones left out).", ""]
   lines += table("regime", "run", "how it trains", "fit L0", "alpha", "R^2")
-  lines += [row(name, f"`{workdirs[name]}`", _regime_text(r["config"]),
+  lines += [row(name, f"`{workdirs[name]}`", how_trained(config_lib.flat(r["config"])),
                 fit_cells(r["fits"][0], c_spec=None)) for name, r in results.items()]
   for field, label in PANELS:
     lines += ["", f"**{label}**", ""] + table("regime", *(f"L={L}" for L in depths))

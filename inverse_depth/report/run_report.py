@@ -9,8 +9,8 @@ from inverse_depth import analysis, checks, config as config_lib, paper, records
 from inverse_depth.files import atomic_path
 from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
-                                           table, write_lines)
+from inverse_depth.report.markdown import (GAP_COLUMNS, cell, fit_cells, gap_cells, how_trained,
+                                           percent, pm, row, section, series, table, write_lines)
 
 WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
 
@@ -138,12 +138,9 @@ def _header(results: dict) -> list[str]:
   for kind in sorted({analysis.model_kind(f["model"]) for f in results["fits"]}):
     own = records.kind_config(results["config"], kind)
     sizes = own["sizes"][kind]
-    training.append(
-        f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths {list(own['depths'])}, "
-        f"{own['num_seeds']} seeds, {own['max_steps']} steps at batch {own['batch_size']}, "
-        f"{own['optimizer']} lr {own['learning_rate']:g} ({own['schedule']} schedule), qk init "
-        f"{own['qk_init']} (scale {own['qk_init_scale']:g}), value init {own['value_init']}, "
-        f"eval set {own['eval_size']} contexts")
+    training.append(f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
+                    f"{list(own['depths'])}, {own['num_seeds']} seeds, {how_trained(own)}, eval "
+                    f"set {own['eval_size']} contexts")
   lines = ["# inverse-depth report", "", "; ".join(training) + f"; {results['wall_time_s']:.0f} "
            f"s on {results['num_devices']} {results['backend']} device(s).", ""]
   provenance = results.get("provenance")
@@ -163,12 +160,9 @@ def _header(results: dict) -> list[str]:
 
 
 def _depth_fit_rows(results: dict, fit: dict):
-  """A grid's depth fit and its gap fit (`checks.gap_fit`, n/a without a floor)."""
-  gap = checks.gap_fit(fit, records.runs_of(results, fit))
+  """A grid's depth fit and its gap fit (`checks.gap_fit`, none without a floor)."""
   yield row(records.grid_label(fit), fit_cells(fit),
-            f"{pm(gap, 'alpha', '.3f', '.3f')} on depths {gap['depths']}; local slopes "
-            + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
-            if gap and np.isfinite(gap["alpha"]) else "n/a")
+            gap_cells(checks.gap_fit(fit, records.runs_of(results, fit))))
 
 
 def _weighted_fit_rows(results: dict, fit: dict):
@@ -221,8 +215,7 @@ def _cosine_layer_rows(results: dict, fit: dict):
 # The tables with rows by grid, in the report's order: (title, columns, intro, a grid's rows).
 GRID_TABLES = (
     ("## Depth fits  R_L = L0 + c L^-alpha", (
-        "grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 held at the "
-        "weighted fit's; se of the slope; local slopes)"), "", _depth_fit_rows),
+        "grid", "L0", "c", "alpha", "R^2", *GAP_COLUMNS), "", _depth_fit_rows),
     ("## The law check's fits, weighted by each depth's standard error",
      ("grid", "depths", "L0", "c", "alpha", "R^2"),
      "Each depth's error is the larger of the spread over seeds and the models' own error (over "
@@ -277,7 +270,7 @@ def _grid_section(results: dict, fit: dict) -> list[str]:
     cells = [d["depth"], pm(d, "eval_loss"),
              f"{100 * d['change']:+.2f}%" if np.isfinite(d["change"]) else "-"]
     if averaged:
-      cells.append(pm(d, "beta_averaged") if np.isfinite(d["beta_averaged"]) else "-")
+      cells.append(pm(d, "beta_averaged"))
     lines.append(row(*cells, *(f"{d[field]:.4g}" for field in ("A", "C", "disagreement")),
                      f"{d['disagreement'] / d['depth']:.4g}", f"{d['residual']:.1e}", d["steps"],
                      *(f"{d[n]}/{d['models']}" for n in ("converged", "flagged", "diverged"))))
