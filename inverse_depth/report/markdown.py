@@ -7,6 +7,10 @@ import numpy as np
 from inverse_depth.files import write_text_atomic
 
 
+# Where the reports' tables are explained once (method prose, never numbers or verdicts).
+TABLES_DOC = 'docs/analysis.md, section "Report tables"'
+
+
 def table(*columns: str) -> list[str]:
   """A markdown table's header line and separator line."""
   return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
