@@ -124,7 +124,8 @@ def test_table4_rows_print_the_fit_the_check_decides_on_and_the_run_regime():
              depths=depths, losses=losses, L0=9.0, L0_se=0.1, alpha=5.0, alpha_se=0.1, r2=0.5,
              bound=dict(single=0.805, mixture=0.795))
   config = dict(qk_init="random", qk_init_scale=0.3, learning_rate=1e-3, max_steps=24000,
-                optimizer="adam", schedule="cosine")
+                optimizer="adam", schedule="cosine", batch_size=256, value_init="random",
+                fixed_input_norm=False, stationary_evals=1)
   lines = combined_report.table4_section([dict(fits=[fit], runs=[], config=config), None])
   row = next(line for line in lines if line.startswith("| 2 | (0.25, 0.5) |"))
   decided = checks.law_fits(fit, [])["primary"]
@@ -132,8 +133,8 @@ def test_table4_rows_print_the_fit_the_check_decides_on_and_the_run_regime():
   assert f"| {decided['alpha']:.2f} +- {decided['alpha_se']:.2g} |" in row
   assert "5.00" not in row and "| 0.93 |" in row and f"| {distance:+.1f} |" in row
   assert row.endswith("16: 0.5189 | 0.805 | 0.795 |")
-  assert ("random query/key start (scale 0.3) with adam at learning rate 0.001 (cosine "
-          "schedule) for 24000 steps") in lines[-1]
+  assert ("adam lr 0.001 (cosine schedule), batch 256, 24000 steps, qk init random (scale "
+          "0.3), value init random, final iterate") in lines[-1]
   assert combined_report.table4_section([None, None])[-1].startswith("| - | - | not run")
 
 
@@ -148,7 +149,7 @@ def test_table5_rows_print_the_gap_fit_the_check_decides_on():
              disagreement=[nan] + [1.0] * 5)
   lines = combined_report.table5_section(dict(fits=[fit], runs=[]))
   row = next(line for line in lines if line.startswith("| (0, 0) |"))
-  assert "| 1.00 +- " in row and "(a power law)" in row
+  assert "| 1.000 +- " in row and "(a power law)" in row
   assert combined_report.table5_section(None)[-1].startswith("Not run")
 
 

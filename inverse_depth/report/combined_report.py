@@ -8,9 +8,10 @@ import numpy as np
 
 from inverse_depth import analysis, checks, claims, config as config_lib, paper, records, theory
 from inverse_depth.report import plt, run_report
-from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
-                                           spectrum, table, write_lines)
-from inverse_depth.report.run_report import depth_ticks, image, save_report_figure
+from inverse_depth.report.markdown import (GAP_COLUMNS, cell, fit_cells, gap_cells, how_trained,
+                                           percent, pm, row, section, series, spectrum, table,
+                                           write_lines)
+from inverse_depth.report.run_report import depth_ticks, image
 from inverse_depth.workdir import read_metrics
 
 # (workdir name, config file) in the order `make reproduce` runs them. Table 5 and the
@@ -58,16 +59,15 @@ def table1_section(results: dict) -> list[str]:
       target, bound = paper.table1_floor(model, "topk", 2, *key), fit.get("bound") or {}
       cells += [f"{value:.4g} ({how})", cell(target), percent(value, target)]
       if model == "softmax":
-        cells += [pm(bound, key) if bound else "-" for key in ("single", "mixture")]
+        cells += [pm(bound, key) for key in ("single", "mixture")]
       else:
         flat, _ = checks.linear_depth_change(fit, records.runs_of(results, fit))
-        cells += [pm(bound, "floor") if bound else "-", f"{100 * flat:+.2f}%"]
+        cells += [pm(bound, "floor"), f"{100 * flat:+.2f}%"]
     lines.append(row(*cells))
   return lines + [
-      "", "Softmax floor: the fitted L0 of R_L = L0 + c L^-alpha where the fit resolves a depth "
-      "law, else the deepest clean loss (shown; only a fitted L0 is checked against the paper's). "
-      "Linear floor: the deepest clean loss (the plateau; its fit has no depth dependence to "
-      "resolve), averaged exactly over beta where the run recorded it (Table 3). Theory columns: "
+      "", "Softmax floor: the fitted L0 where the fit resolves a depth law, else the deepest clean "
+      "loss (shown; only a fitted L0 is checked). Linear floor: the deepest clean loss (the "
+      "plateau), averaged exactly over beta where recorded (Table 3). Theory columns: "
       "`theory.softmax_bound` and `theory.linear_floor` on the run's own contexts."]
 
 
@@ -88,12 +88,9 @@ def table2_section(results: dict) -> list[str]:
                      "yes" if checks.table2_exponent_band(fit).passed else "no",
                      f"{repeated:.2f}", f"{best:.2f}", series(fit["depths"], fit["losses"], ".3g")))
   return lines + [
-      "", f"zeta and 2 zeta bound the exponent as L and d grow. On the run's own depths and d = "
-      f"{d}, theory gives the two slopes beside them: L identical unit steps of gradient "
-      "descent (`theory.repeated_update_risk`) and the best degree-L residual polynomial on the "
-      "d eigenvalues (`theory.optimal_polynomial_risk`, the lowest loss a depth-L model can "
-      "reach as P grows). A model that starts as the first and trains towards the second has a "
-      "slope between them."]
+      "", "zeta and 2 zeta bound the exponent as L and d grow; beside them theory's slopes on the "
+      f"run's own depths and d = {d}: L unit steps of gradient descent and the best degree-L "
+      "polynomial (docs/theory.md, \"Linear attention on the easy task\")."]
 
 
 def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
@@ -119,18 +116,12 @@ def table3_section(linear_grids: list[tuple[dict, list[dict]]]) -> list[str]:
                      percent(trained, bound["context_floor"]),
                      cell(quoted.get("theory")), cell(quoted.get("trained"))))
   return lines + [
-      "", "Trained: the loss of the deepest clean model averaged exactly over the task vector beta "
-      "on each of the first diagnostic contexts, E_beta[(y_hat - y*)^2 | X] = (U w - t)^T Omega (U "
-      "w - t) with w = d y_hat / d y (the model is linear in the labels), the quantity the theory "
-      "integrates; beside it the held-out MSE on the whole evaluation set, one beta per context, "
-      "whose chi-square noise over beta makes it several times noisier per context. Theory: the "
-      "paper's floor takes the population covariance, Phi = [Sigma q, ..., Sigma^L q]. A trained "
-      "model applies its polynomial to the context's own covariance S = (1/P) sum_i x_i x_i^T, "
-      "whose powers S^r q lean towards the inputs most aligned with q, the ones the target "
-      "averages: the floor at this P (`context_floor` of `theory.linear_floor`, same contexts) is "
-      "the lowest loss such a model can reach at the trained P, and the two differ most when k/P "
-      "is large and the spectrum flat. results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P "
-      "= 2048, 4096 and 8192; its README gives both floors and the trained loss at each P."]
+      "", "Trained: the deepest clean model's loss averaged exactly over beta on the diagnostic "
+      "contexts (the quantity the theory integrates), beside the noisier held-out MSE. Theory: the "
+      "paper's population floor and the floor at this P, the lowest loss at the trained P. How "
+      "each is measured and why they differ: docs/theory.md, \"The linear floor on the difficult "
+      "task\". results/reproduce/table3_k16_by_P trains k = 16 (0, 0) at P = 2048, 4096 and 8192 "
+      "(both floors and the trained loss at each P)."]
 
 
 def table4_lines(table_results: list[dict | None]) -> list[str]:
@@ -157,33 +148,21 @@ def table4_section(table_results: list[dict | None]) -> list[str]:
   """Table 4 of `make reproduce` (top-2 and top-16 runs) and the regime they trained in."""
   lines = ["## Table 4: softmax depth exponents", ""] + table4_lines(table_results)
   config = next((config_lib.flat(r["config"]) for r in table_results if r), None)
-  if config is None:
-    return lines
-  return lines + ["", (
-      f"These runs train from the {config['qk_init']} query/key start (scale "
-      f"{config['qk_init_scale']:g}) with {config['optimizer']} at learning rate "
-      f"{config['learning_rate']:g} ({config['schedule']} schedule) for {config['max_steps']} "
-      "steps. The same spectra in the SGD law's regime are in the section \"Tables 1, 4 and 5 "
-      "under constant-step SGD\"; FINDINGS.md says which reproduce.")]
+  return lines + (["", f"These runs train with {how_trained(config)}. The same spectra in the SGD "
+                   "law's regime are in the section \"Tables 1, 4 and 5 under constant-step "
+                   "SGD\"; FINDINGS.md says which reproduce."] if config else [])
 
 
 def table5_lines(results: dict | None) -> list[str]:
   """Table 5 rows of a Table 1 run's softmax grids: the gap fit the check decides on and more."""
-  lines = table("(a, b)", "gap alpha (L0 held at its fit; se of the slope)", "R^2", "depths",
-                "local slopes", "gap alpha from the best single cosine layer", "C_L by depth",
-                "C_L, last doubling", "A_L - C_L by depth", "A_L - C_L, last doubling")
+  lines = table("(a, b)", *GAP_COLUMNS, "gap alpha from the best single cosine layer",
+                "C_L by depth", "C_L, last doubling", "A_L - C_L by depth",
+                "A_L - C_L, last doubling")
   for fit in records.fits_of(results, "softmax"):
-    gap = checks.gap_fit(fit, records.runs_of(results, fit))
-    gap_cells = (f"{pm(gap, 'alpha', '.2f')} | {gap['r2']:.3f} | "
-                 + ", ".join(f"{L:g}" for L in gap["depths"]) + " | "
-                 + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
-                 + (" (a power law)" if gap["power_law"] else " (not a power law)")
-                 if gap and np.isfinite(gap["alpha"]) else "no fit | - | - | -")
-    bound = fit.get("bound") or {}
-    single = (analysis.fit_gap(fit["depths"], fit["shared_error"], bound["single"])
-              if bound.get("single") else None)
-    cells = [spectrum(fit), gap_cells,
-             pm(single, "alpha", ".2f") if single and np.isfinite(single["alpha"]) else "no fit"]
+    single = (fit.get("bound") or {}).get("single")
+    cells = [spectrum(fit), gap_cells(checks.gap_fit(fit, records.runs_of(results, fit))),
+             pm(analysis.fit_gap(fit["depths"], fit["shared_error"], single) if single else {},
+                "alpha", ".3f")]
     for field in ("shared_error", "disagreement"):
       cells += [", ".join(f"{value:.3f}" for value in fit[field] if np.isfinite(value)),
                 f"{checks.last_doubling_change(fit, field):+.1%}"]
@@ -222,31 +201,29 @@ def regime_section(regimes: list[tuple[str, str, dict]]) -> list[str]:
   lines = ["## Where the law appears: one problem under each training regime", "",
            "Softmax, top-2, isotropic, d = 16, P = 128 (BUILD_NOTES.md \"Where the law appears\"; "
            f"docs/regimes.md). Paper: L0 = {target:g} with alpha ~ 1, C_L and A_L - C_L level.",
-           ""] + table("regime", "run", "depths", "R_L", "fit L0 (vs paper)", "alpha", "R^2",
+           ""] + table("regime", "run", "depths", "R_L", "fit L0", "alpha", "R^2", "L0 vs paper",
                        "C_L, last doubling", "A_L - C_L, last doubling")
   for name, workdir, results in regimes:
     fit = records.fits_of(results, "softmax")[0]
-    fit_text = (f"{pm(fit, 'L0')} ({percent(fit['L0'], target)}) | "
-                f"{pm(fit, 'alpha', '.2f', '.2f')} | {fit['r2']:.3f}"
-                if fit["resolved"] else f"{fit['verdict']} | - | -")
     lines.append(row(name, f"`{workdir}`", f"{min(fit['depths']):g}..{max(fit['depths']):g}",
-                     ", ".join(f"{loss:.3f}" for loss in fit["losses"]), fit_text,
+                     ", ".join(f"{loss:.3f}" for loss in fit["losses"]),
+                     fit_cells(fit, None, (".2f", ".2g")),
+                     percent(fit["L0"], target) if fit["resolved"] else "-",
                      *(f"{checks.last_doubling_change(fit, field):+.1%}"
                        for field in ("shared_error", "disagreement"))))
   return lines
 
 
 def _run_line(name: str, results: dict) -> str:
-  """One run in words: depths, seeds, steps, |W_x|, averaging window, clean models, time."""
+  """One run in words: depths, seeds, training (steps by depth where they differ), clean models
+  and time."""
   config, runs = config_lib.flat(results["config"]), results["runs"]
-  steps_by_depth = {r["depth"]: r["steps"] for r in runs}
-  steps = (("steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps_by_depth.items())))
-           if len(set(steps_by_depth.values())) > 1 else f"{config['max_steps']} steps")
-  norm = ", |W_x| held at its initial norm" if config["fixed_input_norm"] else ""
+  steps = {r["depth"]: r["steps"] for r in runs}
+  by_depth = (" (steps by depth " + ", ".join(f"L={L}: {n}" for L, n in sorted(steps.items()))
+              + ")" if len(set(steps.values())) > 1 else "")
   joined = f" in {len(results['joined_from'])} runs joined" if "joined_from" in results else ""
-  return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps_by_depth))}, "
-          f"{config['num_seeds']} seed(s), {steps}{norm}, R, A and C averaged over the last "
-          f"{config['stationary_evals']} evaluations; {sum(analysis.is_clean(r) for r in runs)} "
+  return (f"`{name}`: depths {', '.join(str(L) for L in sorted(steps))}, {config['num_seeds']} "
+          f"seed(s), {how_trained(config)}{by_depth}; {sum(analysis.is_clean(r) for r in runs)} "
           f"of {len(runs)} models clean ({results['wall_time_s'] / 60:.0f} min{joined}).")
 
 
@@ -266,7 +243,7 @@ def sgd_tables_section(tables: dict[str, dict]) -> list[str]:
       decided = claims.decided_fit(fit, records.runs_of(table1, fit))
       L0 = decided["L0"] if decided["resolved"] else float("nan")
       rows.append(row(spectrum(fit), fit_cells(decided, None, (".2f", ".2g")), cell(target),
-                      percent(L0, target), pm(bound, "single") if bound else "-",
+                      percent(L0, target), pm(bound, "single"),
                       percent(L0, bound["single"]) if bound else "-", f"{loss:.4g} (L={depth})"))
     lines += section("### Table 1: fitted softmax floors (top-2)", (
         "(a, b)", "fitted L0 (weighted, as checked)", "alpha", "R^2", "paper L0", "diff",
@@ -296,26 +273,14 @@ def models_line(all_results: dict[str, dict]) -> str:
               if n["windowed"] else "") + f"{n['clean']} clean (neither diverged nor flagged).")
 
 
-def _colours(fits) -> dict:
-  """A colour per spectrum (a, b) of `fits`."""
-  return {ab: f"C{i}" for i, ab in enumerate(sorted({(f["a"], f["b"]) for f in fits}))}
-
-
 def plot_overview(all_results: dict[str, dict]):
-  """Figure 1: R_L against depth, a colour per spectrum; difficult task left, easy right."""
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+  """Figure 1: R_L against depth, a curve per grid (linear dashed); difficult task, easy task."""
   fits = [f for results in all_results.values() for f in results["fits"]
           if not analysis.is_ensemble(f["model"])]
-  colours = _colours(fits)
-  for ax, task, title in zip(axes, ("topk", "top1"),
-                             ("difficult task (top-k)", "easy task (top-1)")):
-    for fit in (f for f in fits if f["task"] == task):
-      ax.plot(fit["depths"], fit["losses"], "o-" if fit["model"] == "softmax" else "s--",
-              color=colours[(fit["a"], fit["b"])], ms=4,
-              label=f"{fit['model']} k={fit['k']} ({fit['a']:g},{fit['b']:g})")
-    ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L", title=title)
-    ax.legend(fontsize=5, ncol=2)
-  return fig
+  return run_report.plot_curves([(f"R_L, {title}", [
+      (f"{f['model']} k={f['k']} {spectrum(f)}", f["depths"], f["losses"],
+       "o-" if f["model"] == "softmax" else "s--") for f in fits if f["task"] == task])
+      for task, title in (("topk", "difficult task (top-k)"), ("top1", "easy task (top-1)"))])
 
 
 def plot_table1(results: dict):
@@ -325,87 +290,48 @@ def plot_table1(results: dict):
   for model, row_axes in zip(("softmax", "linear"), axes):
     for ax, fit in zip(row_axes, records.fits_of(results, model)):
       ax.plot(fit["depths"], fit["losses"], "o", ms=4)
-      if fit["resolved"]:
-        dense = np.geomspace(min(fit["depths"]), max(fit["depths"]), 50)
-        ax.plot(dense, run_report.fit_curve(fit, dense), "-", lw=1)
-      bound = fit.get("bound") or {}
-      for key, style in (("single", "--"), ("mixture", ":"), ("floor", "--")):
-        if bound.get(key) is not None:
-          ax.axhline(bound[key], color="k", ls=style, lw=0.8)
+      run_report.draw_fit(ax, fit, "C0", fit["depths"])
       depth_ticks(ax, fit["depths"])
       ax.set_title(f"{model} ({fit['a']:g},{fit['b']:g})", fontsize=7)
       ax.tick_params(labelsize=6)
   return fig
 
 
-def plot_table1_decomposition(results: dict):
-  """C_L and A_L - C_L against depth, softmax, a colour per spectrum."""
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  fits = records.fits_of(results, "softmax")
-  colours = _colours(fits)
-  for ax, field, title in zip(axes, ("shared_error", "disagreement"),
-                              ("shared error C_L", "disagreement A_L - C_L")):
-    for fit in fits:
-      ax.plot(fit["depths"], fit[field], "o-", color=colours[(fit["a"], fit["b"])], ms=3,
-              label=f"({fit['a']:g},{fit['b']:g})")
-    ax.set(xscale="log", yscale="log", xlabel="depth L", title=title)
-  axes[0].legend(fontsize=7)
-  return fig
-
-
 def plot_modewise(panels: list[tuple[str, list[dict]]]):
   """Mode-wise loss over the zero predictor's against depth, a panel per (title, grid's runs)."""
-  fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-  for ax, (title, runs) in zip(axes[0], panels):
+  def curves(runs):
     depths, normalised_LD = records.modewise_means(runs)
-    if not depths:
-      continue
-    num_modes = normalised_LD.shape[1]
-    modes = sorted({0, 1, 3, 7, 15, 31, 63, num_modes - 1} & set(range(num_modes)))
-    for colour, j in zip(plt.cm.viridis(np.linspace(0, 1, len(modes))), modes):
-      ax.plot(depths, normalised_LD[:, j], "o-", ms=3, color=colour, label=f"mode {j + 1}")
-    ax.set(xscale="log", xlabel="depth L", ylabel="mode loss / zero-predictor mode loss",
-           title=title)
-    ax.title.set_fontsize(8)
-    ax.legend(fontsize=6)
-  return fig
+    count = normalised_LD.shape[1] if depths else 0
+    return [(f"mode {j + 1}", depths, normalised_LD[:, j])
+            for j in sorted({0, 1, 3, 7, 15, 31, 63, count - 1} & set(range(count)))]
+  return run_report.plot_curves([(f"{title}: mode loss / zero-predictor mode loss",
+                                  curves(runs)) for title, runs in panels])
 
 
-def _plot_columns(ax, logged: list[dict], field: str, labels: list[str], **style) -> None:
-  """metrics.jsonl `field` against step, a line per model column (mean over seeds)."""
+def _columns(logged: list[dict], field: str, labels: list[str]) -> list[tuple]:
+  """metrics.jsonl `field` against step, a plot_curves curve per model column (seed means)."""
   by_step = np.array([np.mean(m[field], axis=0) for m in logged])  # [steps, columns]
-  for i in range(by_step.shape[1]):
-    ax.plot([m["step"] for m in logged], by_step[:, i],
-            label=labels[i] if i < len(labels) else None, **style)
+  return [(labels[i] if i < len(labels) else None, [m["step"] for m in logged], by_step[:, i],
+           "-") for i in range(by_step.shape[1])]
 
 
 def plot_attention_mass(metrics: list[dict], config: dict):
   """Attention mass on the target's tokens during training, a line per depth."""
-  fig, ax = plt.subplots(figsize=(5.5, 4))
   logged = [m for m in metrics if "selected_mass" in m]
-  if logged:
-    _plot_columns(ax, logged, "selected_mass", records.column_labels(config, logged[0]["model"]))
-  ax.set(xlabel="step", ylabel="attention mass on the copied token", ylim=(0, 1.02))
-  ax.legend(fontsize=7)
-  return fig
+  curves = (_columns(logged, "selected_mass", records.column_labels(config, logged[0]["model"]))
+            if logged else [])
+  return run_report.plot_curves([("attention mass on the copied token", curves,
+                                  {"xlabel": "step", "xscale": "linear", "yscale": "linear",
+                                   "ylim": (0, 1.02)})], size=(5.5, 4))
 
 
 def plot_training_curves(name: str, metrics: list[dict], results: dict):
   """Validation loss against step, a line per depth (mean over seeds), a panel per grid."""
   grids = sorted({(m["model"], m["a"], m["b"]) for m in metrics})
-  columns = min(len(grids), 7) or 1
-  rows = -(-len(grids) // columns) or 1
-  fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.4 * rows), squeeze=False)
-  for ax, (model, a, b) in zip(axes.flat, grids):
-    _plot_columns(ax, [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)],
-                  "val_loss", records.column_labels(results["config"], model), lw=1)
-    ax.set_yscale("log")
-    ax.set_title(f"{name}: {model} ({a:g},{b:g})", fontsize=7)
-    ax.tick_params(labelsize=6)
-  labelled = next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)
-  if labelled is not None:  # None when there are no metrics lines at all
-    labelled.legend(fontsize=5)
-  return fig
+  return run_report.plot_curves([(f"{name}: {model} ({a:g},{b:g})", _columns(
+      [m for m in metrics if (m["model"], m["a"], m["b"]) == (model, a, b)], "val_loss",
+      records.column_labels(results["config"], model)), {"xlabel": "step", "xscale": "linear"})
+      for model, a, b in grids] or [(name, [])], min(len(grids), 7) or 1, size=(2.6, 2.4))
 
 
 def load_root(root: str, names) -> tuple[dict[str, dict], dict[str, list[dict]]]:
@@ -418,14 +344,17 @@ def _figures(root: str, all_results: dict[str, dict], metrics: dict[str, list[di
              ) -> list[str]:
   """Draws the combined report's figures under ROOT/figures; returns its Figures section."""
   table1 = all_results.get("table1")
-  if all_results:
-    save_report_figure(plot_overview(all_results), root, "overview")
-  lines = ["", "## Figures", "", "![Figure 1 overview](figures/overview.png)"]
+  softmax = records.fits_of(table1, "softmax")
+  lines = ["", "## Figures", ""] + ([image("Figure 1 overview", plot_overview(all_results), root,
+                                           "overview")] if all_results else [])
   if table1:
-    lines += ["", "Table 1 depth curves (dashed: best single cosine layer or linear theory "
-              "floor; dotted: best mixture):", "",
+    lines += ["", "Table 1 depth curves with their fits (dashed: best single cosine layer or "
+              "linear theory floor; dotted: best mixture or the floor at this P):", "",
               image("table 1", plot_table1(table1), root, "table1_depth"), "",
-              image("C_L and A_L - C_L", plot_table1_decomposition(table1), root,
+              image("C_L and A_L - C_L", run_report.plot_curves([  # softmax, a curve a spectrum
+                  (label, [(spectrum(f), f["depths"], f[field]) for f in softmax])
+                  for field, (_, label) in zip(("shared_error", "disagreement"),
+                                               run_report.DECOMPOSITION[1:])]), root,
                     "table1_decomposition")]
   modewise = [(title, [r for r in all_results[name]["runs"] if (r["model"], r["a"], r["b"]) == key])
               for title, name, key in (("softmax, top-2, (1, 0)", "table1", ("softmax", 1.0, 0.0)),

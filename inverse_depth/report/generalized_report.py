@@ -6,7 +6,7 @@ import numpy as np
 
 from inverse_depth import analysis, checks, claims, evaluation, paper, records
 from inverse_depth.report import combined_report, plt, run_report
-from inverse_depth.report.markdown import cell, pm, row, table, write_lines
+from inverse_depth.report.markdown import TABLES_DOC, cell, how_trained, pm, row, table, write_lines
 from inverse_depth.report.run_report import image
 
 # (workdir name, config file, get_config argument) in the order they run.
@@ -52,8 +52,8 @@ def trend_sentence(fit: dict) -> str:
   if len(fit["losses"]) < 2:
     return "fewer than two clean depths"
   falls, rises = checks.falls_and_rises(fit)
-  law = (f"fit alpha = {fit['alpha']:.2f} +- {fit['alpha_se']:.2f}, L0 = {fit['L0']:.4g} "
-         f"(R^2 {fit['r2']:.3f})" if fit["resolved"] else fit.get("verdict", "no fit"))
+  law = (f"fit alpha = {pm(fit, 'alpha', '.2f')}, L0 = {fit['L0']:.4g} (R^2 {fit['r2']:.3f})"
+         if fit["resolved"] else fit.get("verdict", "no fit"))
   return (f"R_{int(fit['depths'][-1])} / R_{int(fit['depths'][0])} = "
           f"{fit['losses'][-1] / fit['losses'][0]:.3f}; of "
           f"{len(fit.get('paired_differences', []))} depth doublings {falls} fall and {rises} "
@@ -84,7 +84,7 @@ def findings(all_results: dict[str, dict], metrics: dict[str, list[dict]]) -> li
       total, flagged = len(records.runs_of(results, fit)), len(fit.get("flagged") or [])
       change = analysis.last_interval_change(metrics.get(name, []), fit)
       own = records.kind_config(results["config"], fit["model"])
-      training = f"{own['max_steps']} steps, batch {own['batch_size']}" + (
+      training = how_trained(own) + (
           "" if change is None else f"; mean validation loss {100 * change['mean']:+.1f}% over "
           f"the last {change['steps']} steps (largest single-model fall "
           f"{100 * change['largest_fall']:+.1f}%)")
@@ -171,18 +171,13 @@ def plot_looped(all_results: dict[str, dict]):
   grids = records.looped_grids(all_results)
   if not grids:
     return None
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for label, results, fit in grids:
-    by_depth = records.loss_and_parameters(results, fit)
-    depths = sorted(by_depth)
-    losses = [by_depth[d][0] for d in depths]
-    axes[0].plot(depths, losses, "o-", label=label)
-    axes[1].plot([by_depth[d][1] for d in depths], losses, "o-", label=label)
-  axes[0].set(xscale="log", xlabel="depth L", ylabel="R_L")
-  axes[1].set(xscale="log", xlabel="trained parameters", ylabel="R_L")
-  for ax in axes:
-    ax.legend(fontsize=7)
-  return fig
+  by_grid = [(label, sorted(records.loss_and_parameters(results, fit).items()))
+             for label, results, fit in grids]
+  return run_report.plot_curves([("R_L", [(label, [d for d, _ in rows], [R for _, (R, _) in rows])
+                                          for label, rows in by_grid]),
+                                 ("R_L", [(label, [n for _, (_, n) in rows],
+                                           [R for _, (R, _) in rows]) for label, rows in by_grid],
+                                  {"xlabel": "trained parameters"})])
 
 
 def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
@@ -205,26 +200,16 @@ def write_generalized_report(root: str, runs=RUNS, base: str = ".") -> str:
            "claim: when it does not).", ""] + regime_claims(base)
   lines += ["", "## Depth trends beside the paper's description", ""]
   lines += findings(all_results, metrics) if all_results else ["Nothing has run yet."]
-  lines += ["", "A trend 'falls' at a doubling when R_L - R_L/2 on the shared evaluation set is "
-            "below -2 paired standard errors. The verdict counts an inverse-depth law where the "
-            f"fit resolves one with {checks.TREND_ALPHA_RANGE[0]:g} <= alpha <= "
-            f"{checks.TREND_ALPHA_RANGE[1]:g} and R^2 >= {checks.TREND_MIN_R2:g}, a fall where no "
-            "doubling rises and at most one fails to fall, and cannot say where the mean "
-            "validation loss still fell by more than "
-            f"{100 * checks.UNDER_TRAINED_FALL:g}% over the last evaluation interval or more "
-            "than half the models are flagged. C.1 and C.3 are cascaded: their layer predictors "
-            "are f_l = z_0 + L (z_l - z_{l-1}), so R = C + (A - C)/L holds exactly for them too.",
-            "", "## Learned context weight m (C.3)", "",
-            "m alone is not identifiable: the output depends on m only through g_{j+1} m^j "
-            "(g_j = W_o W_v^j W_y), so (W_v, W_o, m) -> (c W_v, W_o / c, m / c) leaves every "
-            "prediction unchanged for any c != 0 (tests/test_generalized.py). The invariant "
-            "m g_2/g_1 stands beside it.", ""]
+  lines += ["", f"A doubling falls below -{checks.EXPONENT_STANDARD_ERRORS:g} paired standard "
+            "errors; a verdict cannot say where the validation loss still fell by more than "
+            f"{checks.UNDER_TRAINED_FALL:.0%} over the last interval or most models are flagged "
+            f"(the rules in full: {TABLES_DOC}).", "", "## Learned context weight m (C.3)", "",
+            f"m alone is not identifiable; m g_2/g_1 is its invariant ({TABLES_DOC}).", ""]
   lines += m_summary(all_results) or ["No context-updates run."]
   profile = m_profile_table(all_results)
   if profile:
     lines += ["", "Loss on the diagnosed contexts with m moved from its learned value, every "
-              "other trained weight fixed (seed means). A learned m at a minimum along m has "
-              "its lowest loss at offset +0:", ""] + profile
+              "other trained weight fixed (seed means):", ""] + profile
   lines += ["", "## Looped against untied", ""] + looped_summary(all_results)
   figure_lines = ["", "## Figures", ""]
   context_updates, looped = plot_context_updates(all_results), plot_looped(all_results)

@@ -7,23 +7,19 @@ import os
 import numpy as np
 
 from inverse_depth import sgd_noise
-from inverse_depth.report import plt
-from inverse_depth.report.markdown import cell, fit_cells, row, table, write_lines
-from inverse_depth.report.run_report import image
+from inverse_depth.report.markdown import TABLES_DOC, cell, fit_cells, pm, row, table, write_lines
+from inverse_depth.report.run_report import image, plot_curves
 
 
 def noise_markdown(found: dict) -> str:
   """The predictions beside the measurements, one table per rate (from sgd_noise.json)."""
   lines = [f"Gradient noise of the one-layer models over steps {found['steps'][0]}.."
-           f"{found['steps'][-1]} of `{found['workdir']}`, on {found['contexts']} contexts. "
-           "Predicted excess = eta_eff tr(Sigma) / (4 B) (theory.sgd_stationary_excess): the layer "
-           "weights' trace predicts c, the shared weights' predicts L0 minus the best single "
-           "cosine layer (theory.softmax_bound, Monte Carlo: its error is in the measured "
-           "excesses). Errors are over seeds (prediction) and from the fit (measurement)."]
+           f"{found['steps'][-1]} of `{found['workdir']}`, on {found['contexts']} contexts, and "
+           f"the excess eta_eff tr(Sigma) / (4 B) it predicts ({TABLES_DOC})."]
   for entry in found["rates"]:
     lines += ["", f"**rate {entry['learning_rate']:g}, batch {entry['batch_size']}** "
               f"(eta_eff / B = {entry['eta_eff_over_B']:.3g}; tr Sigma: layer weights "
-              f"{_value(entry, 'trace_layer')}, shared weights {_value(entry, 'trace_model')}; "
+              f"{pm(entry, 'trace_layer')}, shared weights {pm(entry, 'trace_model')}; "
               + (f"fitted alpha {entry['fitted_alpha']:.3f}, the prediction assumes 1)"
                  if entry.get("resolved", True) else "no depth law resolved)"), ""]
     lines += table("quantity", "predicted", "measured", "measured / predicted")
@@ -32,18 +28,11 @@ def noise_markdown(found: dict) -> str:
         ("L0 - best single cosine layer", "predicted_floor_excess", "measured_floor_excess",
          True),
         ("R_1 - best single cosine layer", "predicted_R1_excess", "measured_R1_excess", False)):
-      if from_fit and not entry.get("resolved", True):  # the fit has no c or L0 to compare
-        lines.append(row(name, _value(entry, predicted), "no resolved fit", "-"))
-        continue
-      ratio = entry[measured] / entry[predicted] if entry[predicted] else float("nan")
-      lines.append(row(name, _value(entry, predicted), _value(entry, measured), f"{ratio:.2f}"))
+      unresolved = from_fit and not entry.get("resolved", True)  # the fit has no c or L0
+      ratio = entry[measured] / entry[predicted] if entry[predicted] and not unresolved else None
+      lines.append(row(name, pm(entry, predicted), "no resolved fit" if unresolved
+                       else pm(entry, measured), cell(ratio, ".2f")))
   return "\n".join(lines)
-
-
-def _value(entry: dict, name: str, spec: str = ".4g") -> str:
-  """`entry[name]` with its standard error where it has one (one seed: none over seeds)."""
-  se = entry.get(f"{name}_se", float("nan"))
-  return f"{entry[name]:{spec}}" + (f" +- {se:.2g}" if np.isfinite(se) else "")
 
 
 def write_report(workdir: str, num_contexts: int = 4096, results_dir: str | None = None) -> str:
@@ -71,25 +60,21 @@ def write_sweep_report(out_dir: str, workdirs: list[str]) -> str:
            "the one-layer models' gradient noise (`sgd_noise.json`; - where not computed).", ""]
   lines += table("run", "batch", "rate", "eta_eff / B", "L0", "c", "alpha", "R^2",
                  "A_L - C_L (at L)", "predicted c", "fitted / predicted c")
-  fig, ax = plt.subplots(figsize=(6, 4.5))
+  curves = []
   for i, setting in enumerate(sgd_noise.sweep_rows(workdirs)):
     fit = setting["fit"]
     lines.append(row(f"`{setting['workdir']}`", setting["batch_size"],
                      f"{setting['learning_rate']:g}", f"{setting['eta_eff_over_B']:.3g}",
                      fit_cells(fit, c_spec=".3g"),
                      f"{setting['disagreement']:.3g} (L = {setting['deepest_stationary']})",
-                     _value(setting, "predicted_c", ".3g")
-                     if np.isfinite(setting["predicted_c"]) else "-",
+                     pm(setting, "predicted_c", ".3g"),
                      cell(setting["c_ratio"], ".2f")))
-    if fit["resolved"]:
+    if fit["resolved"]:  # the points above L0 and the fitted c L^-alpha
       depths, excess = np.asarray(fit["depths"]), np.asarray(fit["losses"]) - fit["L0"]
-      shown = excess > 0
-      ax.plot(depths[shown], excess[shown], "o", color=f"C{i}",
-              label=f"B {setting['batch_size']}, rate {setting['learning_rate']:g}")
       dense = np.geomspace(depths.min(), depths.max(), 50)
-      ax.plot(dense, fit["c"] * dense ** -fit["alpha"], "-", color=f"C{i}", alpha=0.6)
-  ax.set(xscale="log", yscale="log", xlabel="depth L", ylabel="R_L - L0")
-  if ax.get_legend_handles_labels()[0]:  # no resolved fit: nothing to label
-    ax.legend(fontsize=7)
+      curves += [(f"B {setting['batch_size']}, rate {setting['learning_rate']:g}",
+                  depths[excess > 0], excess[excess > 0], f"C{i}o"),
+                 (None, dense, fit["c"] * dense ** -fit["alpha"], f"C{i}-")]
+  fig = plot_curves([("R_L - L0 and the fitted c L^-alpha", curves)], size=(6, 4.5))
   lines += ["", image("R_L - L0", fig, out_dir, "sweep"), ""]
   return write_lines(out_dir, "sweep.md", lines)

@@ -2,26 +2,14 @@
 their results.json alone: R_L, C_L, A_L - C_L and how the layers score by depth."""
 
 from inverse_depth import config as config_lib, records
-from inverse_depth.report import plt
-from inverse_depth.report.markdown import fit_cells, row, table, write_lines
-from inverse_depth.report.run_report import depth_ticks, image
+from inverse_depth.report.markdown import fit_cells, how_trained, row, table, write_lines
+from inverse_depth.report.run_report import DECOMPOSITION, image, plot_curves
 from inverse_depth.workdir import read_results
 
 # (field of records.regime_rows, panel title)
-PANELS = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
-          ("disagreement", "A_L - C_L (disagreement)"),
-          ("temperature_spread", "layer temperature std / mean"),
+PANELS = DECOMPOSITION + (("temperature_spread", "layer temperature std / mean"),
           ("anisotropy", "mean layer anisotropy |M - tau I| / |tau I|"),
           ("deviation_alignment", "alignment of the layers' departures from cosine"))
-
-
-def _regime_text(config: dict) -> str:
-  """How a run trains, in words."""
-  config = config_lib.flat(config)
-  window = config["stationary_evals"]
-  return (f"{config['optimizer']} {config['schedule']} {config['learning_rate']:g}, qk "
-          f"{config['qk_init']} {config['qk_init_scale']:g}, {config['max_steps']} steps"
-          + (f", mean of the last {window} evaluations" if window > 1 else ", final iterate"))
 
 
 def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
@@ -30,20 +18,12 @@ def write_comparison(out_dir: str, workdirs: dict[str, str]) -> str:
   results = {name: read_results(workdir) for name, workdir in workdirs.items()}
   rows = {name: records.regime_rows(r) for name, r in results.items()}
   depths = sorted({L for by_field in rows.values() for L in by_field["eval_loss"]})
-  fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
-  for ax, (field, label) in zip(axes.ravel(), PANELS):
-    for i, name in enumerate(rows):
-      by_depth = rows[name][field]
-      ax.plot(list(by_depth), list(by_depth.values()), "o-", color=f"C{i}", label=name)
-    ax.set(xlabel="depth L", title=label)
-    depth_ticks(ax, depths)
-    ax.title.set_fontsize(9)
-  axes[0, 0].set_yscale("log")
-  axes[0, 0].legend(fontsize=7)
+  fig = plot_curves([(label, [(name, list(by[field]), list(by[field].values()))
+                              for name, by in rows.items()]) for field, label in PANELS], 3)
   lines = ["# Training regimes side by side", "",
            "Seed means over each run's clean models (flagged and diverged ones left out).", ""]
   lines += table("regime", "run", "how it trains", "fit L0", "alpha", "R^2")
-  lines += [row(name, f"`{workdirs[name]}`", _regime_text(r["config"]),
+  lines += [row(name, f"`{workdirs[name]}`", how_trained(config_lib.flat(r["config"])),
                 fit_cells(r["fits"][0], c_spec=None)) for name, r in results.items()]
   for field, label in PANELS:
     lines += ["", f"**{label}**", ""] + table("regime", *(f"L={L}" for L in depths))

@@ -9,8 +9,9 @@ from inverse_depth import analysis, checks, config as config_lib, paper, records
 from inverse_depth.files import atomic_path
 from inverse_depth.workdir import read_results
 from inverse_depth.report import plt
-from inverse_depth.report.markdown import (cell, fit_cells, percent, pm, row, section, series,
-                                           table, write_lines)
+from inverse_depth.report.markdown import (GAP_COLUMNS, TABLES_DOC, cell, fit_cells, gap_cells,
+                                           how_trained, percent, pm, row, section, series, table,
+                                           write_lines)
 
 WINDOW_MIN_DEPTHS = 4  # each window fit keeps at least this many depths
 
@@ -49,6 +50,19 @@ def fit_curve(fit: dict, depths: np.ndarray) -> np.ndarray:
   return fit["L0"] + fit["c"] * depths ** (-fit["alpha"])
 
 
+def draw_fit(ax, fit: dict, color: str, depths) -> dict:
+  """A grid's fitted L0 + c L^-alpha over `depths` and its theory bound's BOUND_LINES, labelled;
+  returns the bound drawn ({} for none, and for an ensemble)."""
+  if fit["resolved"]:
+    dense = np.geomspace(min(depths), max(depths), 100)
+    ax.plot(dense, fit_curve(fit, dense), "-", color=color, alpha=0.8,
+            label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
+  bound = {} if analysis.is_ensemble(fit["model"]) else fit.get("bound") or {}
+  for key, style, label in BOUND_LINES[bound["kind"]] if bound else ():
+    ax.axhline(bound[key], color=color, ls=style, lw=1, label=f"{label} {bound[key]:.4g}")
+  return bound
+
+
 def plot_depth_scaling(results: dict):
   """Log-log R_L against depth, every grid, with its fitted L0 + c L^-alpha and bounds."""
   fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -59,16 +73,8 @@ def plot_depth_scaling(results: dict):
               alpha=0.35)
     depths, losses = records.clean_means(runs, "eval_loss")
     ax.plot(depths, losses, "o", color=color, label=records.grid_label(fit))
-    if fit["resolved"]:
-      dense = np.geomspace(depths.min(), depths.max(), 100)
-      ax.plot(dense, fit_curve(fit, dense), "-", color=color, alpha=0.8,
-              label=f"fit L0={fit['L0']:.3g}, alpha={fit['alpha']:.2f}")
-    bound = fit.get("bound")
-    if not bound or analysis.is_ensemble(fit["model"]):
-      continue
-    for key, style, label in BOUND_LINES[bound["kind"]]:
-      ax.axhline(bound[key], color=color, ls=style, lw=1, label=f"{label} {bound[key]:.4g}")
-    if bound["kind"] == "softmax_bound":
+    bound = draw_fit(ax, fit, color, depths)
+    if bound.get("kind") == "softmax_bound":
       optima = [entry["loss"] for entry in bound["average_by_layers"]]
       ax.plot(range(1, len(optima) + 1), optima, "s--", ms=3, lw=0.8, color=color,
               label="best L cosine layers (theory)")
@@ -77,40 +83,46 @@ def plot_depth_scaling(results: dict):
   return fig
 
 
+def plot_curves(panels: list[tuple], columns: int = 0, size=(4.5, 3.8)):
+  """A panel per (title, curves[, axes settings]) in rows of `columns` (default: one row), a curve
+  per (label, x, values[, style]); by default against a log depth axis ticked at the labelled
+  curves' depths, y on a log axis where the values are positive and span a decade or more."""
+  columns = columns or len(panels)
+  rows = -(-len(panels) // columns)
+  fig, axes = plt.subplots(rows, columns, figsize=(size[0] * columns, size[1] * rows),
+                           squeeze=False)
+  for ax, (title, curves, *settings) in zip(axes.flat, panels):
+    for label, x, values, *style in curves:
+      ax.plot(x, values, *(style or ["o-"]), ms=3, label=label)
+    values = np.array([v for _, _, values, *_ in curves for v in values], dtype=float)
+    values = values[np.isfinite(values)]
+    log_y = values.size > 0 and values.min() > 0 and values.max() >= 10 * values.min()
+    ax.set(**{"xscale": "log", "xlabel": "depth L", "title": title,
+              "yscale": "log" if log_y else "linear", **(settings[0] if settings else {})})
+    labelled = [(label, x) for label, x, *_ in curves if label]
+    if not settings:
+      depth_ticks(ax, sorted({L for _, x in labelled for L in x}))
+    ax.title.set_fontsize(8)
+    if labelled:
+      ax.legend(fontsize=6 if len(labelled) < 10 else 4, ncol=1 if len(labelled) < 10 else 2)
+  return fig
+
+
+# The loss and its two parts (analysis.md "The shared/disagreement identity"): (field, label).
+DECOMPOSITION = (("eval_loss", "R_L"), ("C", "C_L (shared error)"),
+                 ("disagreement", "A_L - C_L (disagreement)"))
+
+
 def plot_decomposition(results: dict):
   """R_L, the shared error C_L and the disagreement A_L - C_L against depth, a panel a grid."""
-  fits = results["fits"]
-  fig, axes = plt.subplots(1, len(fits), figsize=(4.5 * len(fits), 3.8), squeeze=False)
-  for ax, fit in zip(axes[0], fits):
-    runs = records.runs_of(results, fit)
-    curves = [records.clean_means(runs, field) for field in ("eval_loss", "C", "disagreement")]
-    for (depths, values), style, label in zip(curves, ("o-", "s-", "^-"), (
-        "R_L", "C_L (shared)", "A_L - C_L (disagreement)")):
-      ax.plot(depths, values, style, label=label)
-    values = np.concatenate([values for _, values in curves])
-    values = values[np.isfinite(values)]
-    if values.size:  # symlog where C_L < 0
-      ax.set(xscale="log", yscale="log" if np.all(values > 0) else "symlog")
-    ax.set(xlabel="depth L", title=records.grid_label(fit))
-    ax.title.set_fontsize(8)
-    ax.legend(fontsize=7)
-  return fig
-
-
-def plot_selection(results: dict):
-  """Selection-error percentiles per depth (softmax (0, 0)), means over seeds."""
-  found = records.selection_percentiles(results)
-  fig, ax = plt.subplots(figsize=(5.5, 4))
-  for L, values in found["by_depth"].items():
-    ax.plot([float(q) for q in found["keys"]], values, "o-", ms=3, label=f"L={L}")
-  ax.set(xlabel="percentile over contexts", ylabel="E_L = |pbar_L - p*|^2", yscale="log")
-  ax.legend(fontsize=7)
-  return fig
+  return plot_curves([(records.grid_label(fit), [
+      (label, *records.clean_means(records.runs_of(results, fit), field))
+      for field, label in DECOMPOSITION]) for fit in results["fits"]])
 
 
 def selection_section(results: dict | None, directory: str) -> list[str]:
   """Percentiles of the selection error E_L (appendix D.2), shallowest against deepest model,
-  and its figure (saved under `directory`)."""
+  and its figure of every depth (saved under `directory`)."""
   lines = ["## Selection error E_L = |pbar_L - p*|^2 (softmax, top-2, isotropic)", ""]
   found = records.selection_percentiles(results)
   if not found:
@@ -121,8 +133,10 @@ def selection_section(results: dict | None, directory: str) -> list[str]:
   lines += table("percentile", f"L={shallow}", f"L={deep}", f"L={deep} - L={shallow}")
   lines += [row(q, f"{per[shallow][i]:.4f}", f"{per[deep][i]:.4f}",
                 f"{per[deep][i] - per[shallow][i]:+.4f}") for i, q in enumerate(found["keys"])]
-  return lines + ["", image("selection error", plot_selection(results), directory,
-                            "selection_error")]
+  fig = plot_curves([("E_L = |pbar_L - p*|^2, means over seeds", [
+      (f"L={L}", [float(q) for q in found["keys"]], values) for L, values in per.items()],
+      {"xlabel": "percentile over contexts", "xscale": "linear"})], size=(5.5, 4))
+  return lines + ["", image("selection error", fig, directory, "selection_error")]
 
 
 def check_lines(found: list[checks.Check]) -> list[str]:
@@ -138,12 +152,9 @@ def _header(results: dict) -> list[str]:
   for kind in sorted({analysis.model_kind(f["model"]) for f in results["fits"]}):
     own = records.kind_config(results["config"], kind)
     sizes = own["sizes"][kind]
-    training.append(
-        f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths {list(own['depths'])}, "
-        f"{own['num_seeds']} seeds, {own['max_steps']} steps at batch {own['batch_size']}, "
-        f"{own['optimizer']} lr {own['learning_rate']:g} ({own['schedule']} schedule), qk init "
-        f"{own['qk_init']} (scale {own['qk_init_scale']:g}), value init {own['value_init']}, "
-        f"eval set {own['eval_size']} contexts")
+    training.append(f"{kind} d={sizes['d']}, P={sizes['P']}, N={sizes['N']}: depths "
+                    f"{list(own['depths'])}, {own['num_seeds']} seeds, {how_trained(own)}, eval "
+                    f"set {own['eval_size']} contexts")
   lines = ["# inverse-depth report", "", "; ".join(training) + f"; {results['wall_time_s']:.0f} "
            f"s on {results['num_devices']} {results['backend']} device(s).", ""]
   provenance = results.get("provenance")
@@ -163,12 +174,9 @@ def _header(results: dict) -> list[str]:
 
 
 def _depth_fit_rows(results: dict, fit: dict):
-  """A grid's depth fit and its gap fit (`checks.gap_fit`, n/a without a floor)."""
-  gap = checks.gap_fit(fit, records.runs_of(results, fit))
+  """A grid's depth fit and its gap fit (`checks.gap_fit`, none without a floor)."""
   yield row(records.grid_label(fit), fit_cells(fit),
-            f"{pm(gap, 'alpha', '.3f', '.3f')} on depths {gap['depths']}; local slopes "
-            + ", ".join(f"{x:.2f}" for x in gap["local_slopes"])
-            if gap and np.isfinite(gap["alpha"]) else "n/a")
+            gap_cells(checks.gap_fit(fit, records.runs_of(results, fit))))
 
 
 def _weighted_fit_rows(results: dict, fit: dict):
@@ -221,26 +229,21 @@ def _cosine_layer_rows(results: dict, fit: dict):
 # The tables with rows by grid, in the report's order: (title, columns, intro, a grid's rows).
 GRID_TABLES = (
     ("## Depth fits  R_L = L0 + c L^-alpha", (
-        "grid", "L0", "c", "alpha", "R^2", "gap fit alpha (L0 - C_L = c L^-alpha, L0 held at the "
-        "weighted fit's; se of the slope; local slopes)"), "", _depth_fit_rows),
+        "grid", "L0", "c", "alpha", "R^2", *GAP_COLUMNS), "", _depth_fit_rows),
     ("## The law check's fits, weighted by each depth's standard error",
      ("grid", "depths", "L0", "c", "alpha", "R^2"),
-     "Each depth's error is the larger of the spread over seeds and the models' own error (over "
-     "time for a window average, else over evaluation contexts) over sqrt(seeds). The law check "
-     "needs both depth sets in range (checks.depth_law).", _weighted_fit_rows),
+     f"How each depth's error is formed, the law check's rule: {TABLES_DOC}.", _weighted_fit_rows),
     ("## Depth fits by window: the same fit over L >= L_min",
      ("grid", "depths", "L0", "alpha", "R^2", "L0 against the paper's Table 1 floor"),
-     "A law that holds at every depth gives the same L0 and alpha on every window. The rows with "
-     "alpha held at 1 fit the paper's law R_L = L0 + c/L itself: its R^2 says how well that law "
-     "describes the curve.", _window_fit_rows),
+     f"Each window with alpha free, then held at the paper's 1 (R_L = L0 + c/L): {TABLES_DOC}.",
+     _window_fit_rows),
     ("## Against theory and the paper",
      ("grid", "fitted L0", "R at the deepest depth", "theory bound",
       "best mixture of cosine layers", "paper Table 1 L0"), "", _against_theory_rows),
     ("## Against the best L cosine-scoring layers (theory)",
      ("grid", "L", "best L cosine layers", "trained R_L"),
-     "The controlled model with every layer scoring by softmax(temperature x cosine) at a grid "
-     "temperature, equal weights 1/L and one gain, optimised exhaustively on the bound's "
-     "contexts (other contexts than the trained models' evaluation set).", _cosine_layer_rows))
+     f"Equal-weight averages of L cosine-scoring layers at their optimum ({TABLES_DOC}).",
+     _cosine_layer_rows))
 
 
 def _ensemble_comparison(results: dict) -> list[str]:
@@ -249,18 +252,15 @@ def _ensemble_comparison(results: dict) -> list[str]:
   for joint, ensemble in records.ensemble_pairs(results):
     columns = [dict(zip(*records.clean_means(records.runs_of(results, fit), field)))
                for fit in (joint, ensemble) for field in ("eval_loss", "disagreement")]
-    rows = []
-    for depth in sorted(set(columns[0]) | set(columns[2])):
-      joint_R, joint_gap, ensemble_R, ensemble_gap = (c.get(depth, np.nan) for c in columns)
-      rows.append(row(depth, f"{joint_R:.4f}", f"{ensemble_R:.4f}",
-                      f"{joint_R - ensemble_R:+.4f}", f"{joint_gap:.3g}", f"{ensemble_gap:.3g}"))
+    by_depth = {L: [c.get(L, np.nan) for c in columns] for L in sorted({*columns[0], *columns[2]})}
+    rows = [row(L, f"{R:.4f}", f"{R_ens:.4f}", f"{R - R_ens:+.4f}", f"{gap:.3g}", f"{gap_ens:.3g}")
+            for L, (R, gap, R_ens, gap_ens) in by_depth.items()]
     lines += section(
         f"## Depth or ensemble? {records.grid_label(joint)}",
         ("depth", "joint R_L", "ensemble R_L", "joint - ensemble", "joint A_L - C_L",
          "ensemble A_L - C_L"), rows,
         "Jointly trained depth-L model against the average of L one-layer models trained alone "
-        "on the same stream (means over clean seeds). Where the two agree, depth acts as an "
-        "ensemble; where they differ, joint training does something an ensemble cannot.")
+        f"on the same stream, means over clean seeds ({TABLES_DOC}).")
   return lines
 
 
@@ -274,32 +274,23 @@ def _grid_section(results: dict, fit: dict) -> list[str]:
                  "A_L - C_L", "(A_L - C_L) / L", "max abs identity residual", "steps",
                  "converged", "flagged", "diverged")
   for d in records.depth_rows(runs):
-    cells = [d["depth"], pm(d, "eval_loss"),
-             f"{100 * d['change']:+.2f}%" if np.isfinite(d["change"]) else "-"]
-    if averaged:
-      cells.append(pm(d, "beta_averaged") if np.isfinite(d["beta_averaged"]) else "-")
+    cells = [d["depth"], pm(d, "eval_loss"), f"{100 * d['change']:+.2f}%"
+             if np.isfinite(d["change"]) else "-", *([pm(d, "beta_averaged")] if averaged else [])]
     lines.append(row(*cells, *(f"{d[field]:.4g}" for field in ("A", "C", "disagreement")),
                      f"{d['disagreement'] / d['depth']:.4g}", f"{d['residual']:.1e}", d["steps"],
                      *(f"{d[n]}/{d['models']}" for n in ("converged", "flagged", "diverged"))))
-  geometry = records.geometry_rows(runs)
-  if geometry:
-    lines += ["", "How the layers score (`diagnostics.scoring_geometry`): a cosine scorer has "
-              "anisotropy 0 and scores with its temperature tau; alignment is the mean cosine "
-              "between two layers' departures from cosine scoring (1: alike, 0: unrelated).", ""]
-    lines += table("depth", "temperature tau: mean over layers (min..max)", "anisotropy",
-                   "alignment")
-    lines += [row(d["depth"], f"{d['taus'].mean():.3g} ({d['taus'].min():.3g}.."
-                  f"{d['taus'].max():.3g})", f"{d['anisotropy']:.3f}",
-                  cell(d["alignment"], "+.3f")) for d in geometry]
-  if fit.get("flagged"):
-    lines += ["", "**Flagged and excluded from the means and the fit:** "
-              + "; ".join(f"depth {e['depth']} seed {e['seed']} ({e['reason']})"
-                          for e in fit["flagged"]) + "."]
-  if fit["excluded_diverged"]:
-    lines += ["", "**Excluded from the fit and the means (diverged: loss non-finite or above "
-              "divergence_loss; frozen at the last finite state):** "
-              + ", ".join(f"depth {e['depth']} seed {e['seed']} at step {e['step']}"
-                          for e in fit["excluded_diverged"]) + "."]
+  lines += section("### How the layers score", (
+      "depth", "temperature tau: mean over layers (min..max)", "anisotropy", "alignment"), [
+          row(d["depth"], f"{d['taus'].mean():.3g} ({d['taus'].min():.3g}..{d['taus'].max():.3g})",
+              f"{d['anisotropy']:.3f}", cell(d["alignment"], "+.3f"))
+          for d in records.geometry_rows(runs)], f"`diagnostics.scoring_geometry`; {TABLES_DOC}.")
+  for left_out, why, each in (
+      (fit.get("flagged"), "Flagged and excluded from the means and the fit", "({reason})"),
+      (fit["excluded_diverged"], "Excluded from the fit and the means (diverged: loss non-finite "
+       "or above divergence_loss; frozen at the last finite state)", "at step {step}")):
+    if left_out:
+      lines += ["", f"**{why}:** " + "; ".join(f"depth {e['depth']} seed {e['seed']} "
+                                               + each.format(**e) for e in left_out) + "."]
   return lines
 
 
@@ -323,10 +314,9 @@ def _stationarity(results: dict) -> list[str]:
       ("model", "L", "seed", "R (time average)", "se over time", "final iterate",
        "first half -> second half", "halves (se)", "slope (se)", "stationary"), rows,
       f"R, A and C are averages over {config['stationary_evals']} evaluations, steps "
-      f"{first_step}..{config['max_steps']} every {config['eval_every']}; the error over time "
-      "allows for the correlation of consecutive evaluations. A model is stationary when its "
-      f"two half-window means and its slope are within {config['stationarity_z']:g} standard "
-      "errors of no change.")
+      f"{first_step}..{config['max_steps']} every {config['eval_every']}; a model is stationary "
+      f"when its half-window means and slope are within {config['stationarity_z']:g} standard "
+      "errors of no change (docs/analysis.md, \"Stationarity and longer training\").")
 
 
 def write_report(workdir: str) -> str:
