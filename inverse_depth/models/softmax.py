@@ -54,9 +54,9 @@ def inverse_scales_from_gram(gram_DD: jax.Array, x_BD: jax.Array) -> jax.Array:
 
 
 def inverse_scales_from_grams(gram_MDD: jax.Array, x_BD: jax.Array) -> jax.Array:
-  """r = (x^T G_m x + eps)^(-1/2) for every model m: (..., D) -> (..., M). As x G_m, one
-  matrix product against every G, then its dot with x: in this order neither pass nor its
-  gradient transposes the (..., M, D) product."""
+  """r = (x^T G_m x + eps)^(-1/2) for every model m: (..., D) -> (..., M), as x G_m (one
+  matrix product against every G), then its dot with x: faster than one einsum per model
+  (bench/README.md; the gradient still transposes the (..., M, D) product once)."""
   x_times_gram_BME = jnp.einsum("...d,mde->...me", x_BD, gram_MDD)
   mean_square_BM = jnp.einsum("...me,...e->...m", x_times_gram_BME, x_BD)
   return jax.lax.rsqrt(mean_square_BM + LAYER_NORM_EPS)
