@@ -17,7 +17,6 @@ start and at every kept checkpoint of the run, to see whether the curvature chan
 import json
 import os
 
-import jax
 from absl import app, flags
 
 from inverse_depth import config as config_lib, experiment, relaxation
@@ -44,13 +43,11 @@ def main(argv):
                                  (spec.train.max_steps,))[0]
   for entry in FLAGS.preset:
     found = relaxation.approach_with_groups_preset(
-        spec, final, m, list(filter(None, entry.split("+"))), FLAGS.steps)
+        spec, trainer.layout, final, m, list(filter(None, entry.split("+"))), FLAGS.steps)
     print(f"L={FLAGS.depth} preset {entry or 'none'}: temperature tau {found['tau']:.0f} "
           f"(seeds {', '.join(f'{tau:.0f}' for tau in found['seed_taus'])})")
   if FLAGS.curvature:
-    batch = spec.problem.sample(jax.random.fold_in(jax.random.key(spec.root_seed),
-                                                   relaxation.CURVATURE_STREAM), 2048,
-                                *spec.problem.spectra[0])
+    batch = relaxation.curvature_batch(spec, 2048)
     for step, taus in relaxation.temperature_times_along_the_run(spec, FLAGS.workdir, m,
                                                                  batch):
       print(f"L={FLAGS.depth} step {step}: temperature direction predicts "

@@ -70,9 +70,7 @@ def curvature_times(workdir: str, num_contexts: int, window: int) -> dict:
   start = _mean_params(spec, trainer, like, workdir, range(middle, middle + window * every, every))
   end = _mean_params(spec, trainer, like, workdir, range(last - (window - 1) * every, last + 1,
                                                          every))
-  batch = spec.problem.sample(jax.random.fold_in(jax.random.key(spec.root_seed),
-                                                 relaxation.CURVATURE_STREAM),
-                              num_contexts, *spec.problem.spectra[0])
+  batch = relaxation.curvature_batch(spec, num_contexts)
   rates = dict(learning_rate=spec.train.learning_rate, momentum=spec.train.momentum)
   out = {name: np.full((len(spec.seeds), len(spec.depths)), np.nan)
          for name in ("temperature", "disagreement", "drift")}
@@ -109,9 +107,10 @@ def _ratio(measured: dict, predicted: float) -> str:
 def _slowest_per_depth(records: list[dict]) -> tuple[float, float]:
   """A - C's tau / L over the depths >= 4 where it is resolved, and the largest departure
   (relaxation.per_depth_constant: NaN with fewer than two such depths)."""
-  slowest = [(r["depth"], r["measured_disagreement"]["tau"]) for r in records
-             if r["depth"] >= 4 and r["measured_disagreement"]["resolved"]]
-  return relaxation.per_depth_constant(*zip(*slowest)) if slowest else (np.nan, np.nan)
+  resolved = [r for r in records
+              if r["depth"] >= 4 and r["measured_disagreement"]["resolved"]]
+  return relaxation.per_depth_constant([r["depth"] for r in resolved],
+                                       [r["measured_disagreement"]["tau"] for r in resolved])
 
 
 def write_markdown(out_dir: str) -> str:

@@ -52,6 +52,13 @@ QUERY_KEY = ("W_q", "W_k")
 CURVATURE_STREAM = 7  # fold_in(key(root_seed), 7): the contexts curvatures are measured on
 
 
+def curvature_batch(spec, num_contexts: int) -> Batch:
+  """The fixed contexts curvatures of the grid `spec` are measured on: `num_contexts` of its
+  first spectrum from fold_in(key(root_seed), CURVATURE_STREAM)."""
+  key = jax.random.fold_in(jax.random.key(spec.root_seed), CURVATURE_STREAM)
+  return spec.problem.sample(key, num_contexts, *spec.problem.spectra[0])
+
+
 def model_loss(kind: str, depth: int, batch: Batch):
   """R(params) = mean over `batch` of (y_hat - y)^2 for one model of kind `kind` whose
   parameters are {"model": leaves, "layer": leaves [depth, ...]} (GridLayout.model_params)."""
@@ -142,16 +149,16 @@ def per_depth_constant(depths, taus) -> tuple[float, float]:
   return constant, float(np.max(np.maximum(ratios / constant, constant / ratios)))
 
 
-def approach_with_groups_preset(spec, final_params, m: int, preset: list[str],
-                                steps: int) -> dict:
+def approach_with_groups_preset(spec, source_layout: GridLayout, final_params, m: int,
+                                preset: list[str], steps: int) -> dict:
   """Model m of the grid `spec` trained alone from its own initial state (the same seeds and
   data stream) for `steps` steps, with the parameter groups `preset` set to their values in
-  `final_params` (the grid's trained parameters) before the first step: its score
+  `final_params` (the grid's trained parameters, laid out by `source_layout`, its trainer's
+  layout) before the first step: its score
   temperature [evaluations, seeds] every eval_every steps, the fitted relaxation time of the
   seed mean (trajectory.relaxation_time) and each seed's. A group that drives the temperature
   removes the slow part of its approach when preset (experiments.relaxation_probe)."""
   alone = dataclasses.replace(spec, depths=(spec.depths[m],))
-  source_layout = experiment.grid_trainer(spec).layout
   trainer = experiment.grid_trainer(alone)
   state = trainer.init_state()
   params = jax.tree.map(np.array, state.params)

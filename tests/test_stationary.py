@@ -249,12 +249,14 @@ def test_the_relaxation_probe_replays_the_run_and_presets_groups(window_run):
                                  (spec.train.max_steps,))[0]
   recorded = trajectory.read_metrics(workdir_lib.read_metrics(workdir), spec.label)
   m = spec.depths.index(2)
-  replay = relaxation.approach_with_groups_preset(spec, final, m, [], spec.train.max_steps)
+  replay = relaxation.approach_with_groups_preset(spec, trainer.layout, final, m, [],
+                                                  spec.train.max_steps)
   np.testing.assert_allclose(replay["temperature_ES"], recorded["temperature"][:, :, m],
                              rtol=1e-4)
-  preset = relaxation.approach_with_groups_preset(spec, final, m, ["W_q", "W_k"], 5)
+  preset = relaxation.approach_with_groups_preset(spec, trainer.layout, final, m,
+                                                  ["W_q", "W_k"], 5)
   first_change = np.abs(preset["temperature_ES"][0] - recorded["temperature"][-1, :, m])
   assert np.all(first_change < np.abs(recorded["temperature"][0, :, m]
                                       - recorded["temperature"][-1, :, m]))
   with pytest.raises(ValueError, match="unknown group 'W_z'"):
-    relaxation.approach_with_groups_preset(spec, final, m, ["W_z"], 5)
+    relaxation.approach_with_groups_preset(spec, trainer.layout, final, m, ["W_z"], 5)
