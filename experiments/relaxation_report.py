@@ -32,7 +32,7 @@ from absl import app, flags
 
 from inverse_depth import config as config_lib, experiment, relaxation, trajectory
 from inverse_depth.files import write_json_atomic
-from inverse_depth.report.markdown import row, table
+from inverse_depth.report.markdown import row, table, write_lines
 
 flags.DEFINE_string("workdir", None, "a finished constant-rate run with its checkpoints (none: "
                     "rewrite --out's relaxation.md from its relaxation.json)")
@@ -155,10 +155,7 @@ def write_markdown(out_dir: str) -> str:
   else:
     lines.append("Fewer than two depths L >= 4 resolve A - C's time: no time per layer of "
                  "depth is given.")
-  path = os.path.join(out_dir, "relaxation.md")
-  with open(path, "w") as f:
-    f.write("\n".join(lines) + "\n")
-  return path
+  return write_lines(out_dir, "relaxation.md", lines + [""])
 
 
 def main(argv):
